@@ -1,0 +1,47 @@
+# Two commands a user needs: `make demo` (the main job) and `make test`.
+# Both create/reuse .venv, install torch first (CPU build by default; override with
+# TORCH_SPEC="torch" or any pip requirement), then this project with its extras.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(EXTRAS)
+EXTRAS ?= dev,bench
+
+.PHONY: venv demo test test-slow test-all bench lint clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m "slow or not slow"
+
+bench: $(STAMP)
+	$(PY) tools/bench_codecs.py --out results/bench_codecs.json
+	$(PY) tools/bench_buffers.py --out results/bench_buffers.json
+	$(PY) tools/bench_persistence.py --out results/bench_persistence.json
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check chunkstore sb3_integration tools tests examples
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,572 @@
+"""ChunkedArray: a fixed-capacity array stored as compressed chunks.
+
+Items are grouped into chunks of ``chunk_len`` consecutive items. A chunk being
+written stays uncompressed and writable ("open"); it is sealed (encoded and put
+into a tier) as soon as its last item is written, when too many chunks are open,
+or on :meth:`ChunkedArray.flush`. A sequential writer, such as a ring buffer,
+therefore encodes every chunk exactly once per lap.
+
+Reads group the requested indices by chunk and serve each distinct chunk once:
+from the open chunk, from the decoded-chunk cache, or by decoding it. Misses are
+decoded in worker threads (zstandard, lz4 and blosc2 release the GIL), and each
+worker copies its rows straight into the output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from chunkstore.cache import LRUChunkCache
+from chunkstore.codecs import Codec, get_codec
+from chunkstore.errors import CorruptChunkError
+from chunkstore.tiers import ChunkRef, MemoryTier, Tier
+
+__all__ = ["DEFAULT_CACHE_BYTES", "ChunkedArray"]
+
+DEFAULT_CACHE_BYTES = 32 << 20
+#: chunks kept open (uncompressed) at once before the least recently written is sealed
+MAX_OPEN_CHUNKS = 4
+#: fewer missing chunks than this are decoded on the calling thread
+_PARALLEL_MIN_CHUNKS = 4
+
+_ids = itertools.count()
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _decode_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="chunkstore-decode"
+            )
+        return _pool
+
+
+class ChunkedArray:
+    """A fixed-capacity array of ``capacity`` items, stored as compressed chunks.
+
+    Parameters
+    ----------
+    capacity
+        Number of items (length of the first axis).
+    item_shape, dtype
+        Shape and dtype of one item; any numpy dtype is stored bit-exactly.
+    chunk_len
+        Items per chunk.
+    codec
+        A codec name (``"zstd3"``, ``"lz4-block"``, ``"xor+lz4-block"``, ...) or a
+        :class:`~chunkstore.codecs.Codec`.
+    tier
+        Where sealed chunk bytes live; a new :class:`~chunkstore.tiers.MemoryTier`
+        by default.
+    cache
+        Decoded-chunk cache: ``None`` for a private cache of
+        ``DEFAULT_CACHE_BYTES``, ``0`` for none, an int for a private cache of
+        that many bytes, or a shared :class:`LRUChunkCache`.
+    threads
+        How many threads decode the chunks one read needs (default: CPU count).
+    name
+        A name shown in errors and by tools (``"observations"``).
+
+    Examples
+    --------
+    >>> arr = ChunkedArray(1000, (4, 4), np.float32, chunk_len=16, codec="zstd3")
+    >>> arr[10:20] = np.ones((10, 4, 4), np.float32)
+    >>> float(arr[np.array([5, 15])].sum())
+    16.0
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        item_shape: tuple[int, ...] | int = (),
+        dtype: Any = np.uint8,
+        *,
+        chunk_len: int = 64,
+        codec: str | Codec = "zstd3",
+        tier: Tier | None = None,
+        cache: LRUChunkCache | int | None = None,
+        threads: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        if int(capacity) < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if int(chunk_len) < 1:
+            raise ValueError(f"chunk_len must be >= 1, got {chunk_len}")
+        self.capacity = int(capacity)
+        self.item_shape = (int(item_shape),) if np.isscalar(item_shape) else tuple(map(int, item_shape))  # type: ignore[arg-type]
+        if any(d < 0 for d in self.item_shape):
+            raise ValueError(f"item_shape must be non-negative, got {self.item_shape}")
+        self.dtype = np.dtype(dtype)
+        if self.dtype.hasobject:
+            raise TypeError(f"object dtypes cannot be stored, got {self.dtype}")
+        self.chunk_len = min(int(chunk_len), self.capacity)
+        self.codec = get_codec(codec)
+        self.tier = tier if tier is not None else MemoryTier()
+        if cache is None:
+            cache = DEFAULT_CACHE_BYTES
+        self.cache = LRUChunkCache(cache, name=name or "") if isinstance(cache, int) else cache
+        if self.cache is not None and self.cache.max_bytes == 0:
+            self.cache = None
+        self.threads = max(1, int(threads if threads is not None else os.cpu_count() or 1))
+        self.name = name or "array"
+
+        self._uid = next(_ids)
+        self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
+        n = self.nchunks_total
+        # the chunk table: where each sealed chunk lives (-1 = not stored)
+        self._seg = np.full(n, -1, dtype=np.int64)
+        self._off = np.zeros(n, dtype=np.int64)
+        self._len = np.zeros(n, dtype=np.int64)
+        self._version = np.zeros(n, dtype=np.int64)
+        self._open: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cbytes_sealed = 0
+        self._raw_sealed = 0
+        self._scratch = threading.local()
+
+    # -- geometry ---------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.capacity, *self.item_shape)
+
+    @property
+    def ndim(self) -> int:
+        return 1 + len(self.item_shape)
+
+    @property
+    def size(self) -> int:
+        return self.capacity * int(np.prod(self.item_shape, dtype=np.int64))
+
+    @property
+    def nchunks_total(self) -> int:
+        return -(-self.capacity // self.chunk_len)
+
+    def __len__(self) -> int:
+        return self.capacity
+
+    def _rows(self, chunk: int) -> int:
+        return min(self.chunk_len, self.capacity - chunk * self.chunk_len)
+
+    # -- size words -------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Logical (uncompressed) size: ``capacity * item nbytes``."""
+        return self.capacity * self._item_nbytes
+
+    @property
+    def cbytes(self) -> int:
+        """Bytes held: encoded sealed chunks plus raw open chunks."""
+        return self._cbytes_sealed + sum(b.nbytes for b in self._open.values())
+
+    @property
+    def cratio(self) -> float:
+        """Compression ratio of the sealed chunks (raw bytes / encoded bytes)."""
+        return self._raw_sealed / self._cbytes_sealed if self._cbytes_sealed else 1.0
+
+    @property
+    def nchunks(self) -> int:
+        """Number of sealed (stored) chunks."""
+        return int(np.count_nonzero(self._seg >= 0))
+
+    def cache_info(self) -> dict[str, Any]:
+        if self.cache is None:
+            return {"hits": 0, "misses": 0, "nbytes": 0, "max_bytes": 0, "nitems": 0}
+        return self.cache.info()
+
+    def info(self) -> dict[str, Any]:
+        """Everything a tool shows about this array."""
+        return {
+            "name": self.name,
+            "shape": self.shape,
+            "dtype": str(self.dtype),
+            "codec": self.codec.name,
+            "chunk_len": self.chunk_len,
+            "nchunks": self.nchunks,
+            "nchunks_total": self.nchunks_total,
+            "nopen": len(self._open),
+            "nbytes": self.nbytes,
+            "cbytes": self.cbytes,
+            "cratio": self.cratio,
+            "tier": self.tier.info(),
+            "cache": self.cache_info(),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"ChunkedArray(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"codec={self.codec.name!r}, chunk_len={self.chunk_len}, "
+            f"nchunks={self.nchunks}, cratio={self.cratio:.1f})"
+        )
+
+    # -- writing ----------------------------------------------------------------------
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, tuple):
+            if len(key) == 1:
+                key = key[0]
+            else:
+                self._setitem_partial(key, value)
+                return
+        if isinstance(key, (int, np.integer)):
+            i = self._check_index(int(key))
+            self._write_run(i, self._coerce(value, 1))
+        elif isinstance(key, slice):
+            start, stop, step = key.indices(self.capacity)
+            if step == 1:
+                if stop > start:
+                    self._write_run(start, self._coerce(value, stop - start))
+            else:
+                idx = np.arange(start, stop, step)
+                self.put(idx, value)
+        else:
+            self.put(key, value)
+
+    def _setitem_partial(self, key: tuple[Any, ...], value: Any) -> None:
+        # arr[i, j, ...] = v: read-modify-write of whole items (rare, correct)
+        idx = self._normalize_indices(key[0])
+        items = self.take(idx.reshape(-1))
+        items.reshape(idx.shape + self.item_shape)[(slice(None),) * idx.ndim + key[1:]] = value
+        self.put(idx.reshape(-1), items)
+
+    def write(self, start: int, items: Any) -> None:
+        """``items[k]`` goes to ``self[start + k]`` (no wrap-around)."""
+        items = np.asarray(items)
+        n = len(items) if items.ndim > len(self.item_shape) else 1
+        if start < 0 or start + n > self.capacity:
+            raise IndexError(f"write of {n} items at {start} exceeds capacity {self.capacity}")
+        self._write_run(start, self._coerce(items, n))
+
+    def put(self, indices: Any, values: Any) -> None:
+        """``self[indices[k]] = values[k]`` for an integer index array."""
+        idx = self._normalize_indices(indices).reshape(-1)
+        vals = self._coerce(values, idx.size)
+        if idx.size == 0:
+            return
+        if idx.size > 1 and np.all(np.diff(idx) == 1):
+            self._write_run(int(idx[0]), vals)
+            return
+        # the last write to an index wins, as in numpy
+        order = np.argsort(idx, kind="stable")
+        chunks = idx[order] // self.chunk_len
+        bounds = np.flatnonzero(np.diff(chunks)) + 1
+        for part in np.split(order, bounds):
+            c = int(idx[part[0]]) // self.chunk_len
+            buf = self._open_chunk(c)
+            buf[idx[part] - c * self.chunk_len] = vals[part]
+            self._after_write(c, int(idx[part].max()) - c * self.chunk_len)
+
+    def _write_run(self, start: int, vals: np.ndarray) -> None:
+        L = self.chunk_len
+        pos, end = start, start + len(vals)
+        while pos < end:
+            c, r0 = divmod(pos, L)
+            r1 = min(L, end - c * L, self._rows(c))
+            part = vals[pos - start : pos - start + r1 - r0]
+            if r0 == 0 and r1 == self._rows(c) and c not in self._open:
+                self._seal_from(c, part)  # a whole chunk: encode straight from the input
+            else:
+                self._open_chunk(c)[r0:r1] = part
+                self._after_write(c, r1 - 1)
+            pos += r1 - r0
+
+    def _coerce(self, value: Any, n: int) -> np.ndarray:
+        """``value`` as an array of (n, *item_shape) in our dtype, refusing lossy casts."""
+        arr = np.asarray(value)
+        if arr.dtype != self.dtype:
+            if np.can_cast(arr.dtype, self.dtype, "safe"):
+                arr = arr.astype(self.dtype)
+            else:
+                arr = self._checked_cast(arr)
+        shape = (n, *self.item_shape)
+        if arr.shape != shape:
+            if arr.shape == self.item_shape and n == 1:
+                arr = arr.reshape(shape)
+            else:
+                try:
+                    arr = np.broadcast_to(arr, shape)
+                except ValueError:
+                    raise ValueError(
+                        f"{self.name}: cannot write values of shape {np.shape(value)} into "
+                        f"{n} item(s) of shape {self.item_shape}"
+                    ) from None
+        return arr
+
+    def _checked_cast(self, arr: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", over="ignore"):
+            cast = arr.astype(self.dtype)
+            back = cast.astype(arr.dtype)
+        if not np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc"):
+            raise ValueError(
+                f"{self.name}: values of dtype {arr.dtype} do not fit dtype {self.dtype} "
+                "without loss; cast them explicitly first"
+            )
+        return cast
+
+    def _open_chunk(self, c: int) -> np.ndarray:
+        """The writable raw buffer of chunk ``c``, decoding it if it was sealed."""
+        buf = self._open.get(c)
+        if buf is not None:
+            self._open.move_to_end(c)
+            return buf
+        buf = np.zeros((self._rows(c), *self.item_shape), dtype=self.dtype)
+        if self._seg[c] >= 0:
+            self._decode_into(c, buf)
+            self._drop_sealed(c)
+        self._open[c] = buf
+        while len(self._open) > MAX_OPEN_CHUNKS:
+            self._seal(next(iter(self._open)))
+        return buf
+
+    def _after_write(self, c: int, last_row: int) -> None:
+        if last_row == self._rows(c) - 1:
+            self._seal(c)
+
+    def _seal(self, c: int) -> None:
+        self._seal_from(c, self._open.pop(c))
+
+    def _seal_from(self, c: int, raw: np.ndarray) -> None:
+        encoded = self.codec.encode(np.ascontiguousarray(raw))
+        if self._seg[c] >= 0:
+            self._drop_sealed(c)
+        self._store(c, self.tier.put(encoded))
+
+    def _store(self, c: int, ref: ChunkRef) -> None:
+        self._seg[c], self._off[c], self._len[c] = ref
+        self._version[c] += 1
+        self._cbytes_sealed += ref.nbytes
+        self._raw_sealed += self._rows(c) * self._item_nbytes
+
+    def _drop_sealed(self, c: int) -> None:
+        ref = self._ref(c)
+        self.tier.release(ref)
+        self._cbytes_sealed -= ref.nbytes
+        self._raw_sealed -= self._rows(c) * self._item_nbytes
+        self._seg[c] = -1
+        self._version[c] += 1
+        if self.cache is not None:
+            self.cache.invalidate((self._uid, c, int(self._version[c]) - 1))
+
+    def _ref(self, c: int) -> ChunkRef:
+        return ChunkRef(int(self._seg[c]), int(self._off[c]), int(self._len[c]))
+
+    def flush(self) -> None:
+        """Seal every open chunk."""
+        for c in list(self._open):
+            self._seal(c)
+
+    def discard(self, start: int, stop: int) -> None:
+        """Items in ``[start, stop)`` are dead: free the chunks wholly inside the range.
+
+        Those chunks read as zeros afterwards; partially covered chunks are kept.
+        """
+        start, stop = max(0, int(start)), min(self.capacity, int(stop))
+        first = -(-start // self.chunk_len)
+        last = stop // self.chunk_len if stop < self.capacity else self.nchunks_total
+        for c in range(first, last):
+            self._open.pop(c, None)
+            if self._seg[c] >= 0:
+                self._drop_sealed(c)
+
+    def clear(self) -> None:
+        """Every item back to zeros; tier space released."""
+        self.discard(0, self.capacity)
+
+    # -- reading -------------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> np.ndarray:
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
+        if isinstance(key, tuple) and not key:
+            first = slice(None)
+        if first is Ellipsis:
+            return self.take(np.arange(self.capacity))[key]
+        if isinstance(first, (int, np.integer)):
+            item = self.take(np.array([self._check_index(int(first))]))[0]
+            return item[rest] if rest else item
+        if isinstance(first, slice):
+            idx = np.arange(*first.indices(self.capacity))
+        else:
+            idx = self._normalize_indices(first)
+        items = self.take(idx.reshape(-1)).reshape(idx.shape + self.item_shape)
+        return items[(slice(None),) * idx.ndim + rest] if rest else items
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.take(np.arange(self.capacity))
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for c in range(self.nchunks_total):
+            block = self.take(np.arange(c * self.chunk_len, c * self.chunk_len + self._rows(c)))
+            yield from block
+
+    def _check_index(self, i: int) -> int:
+        if not -self.capacity <= i < self.capacity:
+            raise IndexError(f"index {i} is out of bounds for {self.name} of capacity {self.capacity}")
+        return i % self.capacity
+
+    def _normalize_indices(self, indices: Any) -> np.ndarray:
+        idx = np.asarray(indices)
+        if idx.dtype == bool:
+            if idx.shape != (self.capacity,):
+                raise IndexError(f"boolean index of shape {idx.shape} does not match {self.capacity}")
+            return np.flatnonzero(idx)
+        if idx.size == 0:
+            return idx.astype(np.int64)
+        if idx.dtype.kind not in "iu":
+            raise IndexError(f"{self.name}: indices must be integers, got dtype {idx.dtype}")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -self.capacity or hi >= self.capacity:
+            bad = lo if lo < -self.capacity else hi
+            raise IndexError(f"index {bad} is out of bounds for {self.name} of capacity {self.capacity}")
+        return idx + self.capacity * (idx < 0) if lo < 0 else idx
+
+    def take(self, indices: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """Items at ``indices`` (a 1-D integer array), copied into ``out`` if given."""
+        idx = self._normalize_indices(indices).reshape(-1)
+        n = idx.size
+        if out is None:
+            out = np.empty((n, *self.item_shape), dtype=self.dtype)
+        else:
+            if out.dtype != self.dtype or out.nbytes != n * self._item_nbytes:
+                raise ValueError(
+                    f"out has dtype {out.dtype} and {out.nbytes} bytes; need {self.dtype} "
+                    f"and {n * self._item_nbytes} bytes for {n} items of {self.item_shape}"
+                )
+            out = out.reshape(n, *self.item_shape)
+        if n == 0:
+            return out
+        chunks, rows = np.divmod(idx, self.chunk_len)
+        order = np.argsort(chunks, kind="stable")
+        sorted_chunks = chunks[order]
+        starts = np.flatnonzero(np.r_[True, sorted_chunks[1:] != sorted_chunks[:-1]])
+        ends = np.r_[starts[1:], n]
+        misses: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            c = int(sorted_chunks[s])
+            pos = order[s:e]
+            src = self._open.get(c)
+            if src is None:
+                if self._seg[c] < 0:
+                    out[pos] = 0
+                    continue
+                if self.cache is not None:
+                    src = self.cache.get((self._uid, c, int(self._version[c])))
+                if src is None:
+                    misses.append((c, pos, rows[pos]))
+                    continue
+            out[pos] = src[rows[pos]]
+        if misses:
+            self._serve_misses(misses, out)
+        return out
+
+    def _serve_misses(self, misses: list[tuple[int, np.ndarray, np.ndarray]], out: np.ndarray) -> None:
+        nthreads = min(self.threads, len(misses))
+        if nthreads <= 1 or len(misses) < _PARALLEL_MIN_CHUNKS:
+            self._decode_batch(misses, out)
+            return
+        # one batch per thread; the calling thread decodes the first one itself
+        batches = [misses[i::nthreads] for i in range(nthreads)]
+        futures = [_decode_pool().submit(self._decode_batch, b, out) for b in batches[1:]]
+        self._decode_batch(batches[0], out)
+        for f in futures:
+            f.result()
+
+    def _decode_batch(self, batch: list[tuple[int, np.ndarray, np.ndarray]], out: np.ndarray) -> None:
+        for c, pos, rows in batch:
+            if self.cache is not None:
+                buf = np.empty((self._rows(c), *self.item_shape), dtype=self.dtype)
+                self._decode_into(c, buf)
+                self.cache.put((self._uid, c, int(self._version[c])), buf)
+            else:
+                buf = self._scratch_buffer(c)
+                self._decode_into(c, buf)
+            out[pos] = buf[rows]
+
+    def _scratch_buffer(self, c: int) -> np.ndarray:
+        nbytes = self._rows(c) * self._item_nbytes
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None or buf.nbytes < nbytes:
+            buf = self._scratch.buf = np.empty(self.chunk_len * self._item_nbytes, np.uint8)
+        return buf[:nbytes].view(self.dtype).reshape(self._rows(c), *self.item_shape)
+
+    def _decode_into(self, c: int, buf: np.ndarray) -> None:
+        try:
+            self.codec.decode(self.tier.get(self._ref(c)), out=buf)
+        except Exception as exc:
+            raise CorruptChunkError(
+                f"{self.name}: chunk {c} could not be decoded with {self.codec.name}: {exc}",
+                array=self.name,
+                chunk=c,
+            ) from exc
+
+    def chunk(self, c: int) -> np.ndarray:
+        """The decoded items of chunk ``c`` (a copy)."""
+        return self.take(np.arange(c * self.chunk_len, c * self.chunk_len + self._rows(c)))
+
+    # -- chunk-level access (persistence, tools) ----------------------------------------
+    def stored_chunks(self) -> np.ndarray:
+        """Indices of the sealed chunks (``flush()`` first to include open ones)."""
+        return np.flatnonzero(self._seg >= 0)
+
+    def chunk_bytes(self, c: int) -> memoryview:
+        """The encoded bytes of sealed chunk ``c`` (zero-copy, read-only)."""
+        if self._seg[c] < 0:
+            raise KeyError(f"{self.name}: chunk {c} is not stored (open or never written)")
+        view = self.tier.get(self._ref(c))
+        return memoryview(view).toreadonly()
+
+    def chunk_nbytes(self) -> np.ndarray:
+        """Encoded size of every chunk (0 where not stored)."""
+        return np.where(self._seg >= 0, self._len, 0)
+
+    def put_chunk_bytes(self, c: int, data: Any) -> None:
+        """Install already-encoded bytes as chunk ``c``, verbatim (the load path)."""
+        if not 0 <= c < self.nchunks_total:
+            raise IndexError(f"chunk {c} out of range for {self.name} ({self.nchunks_total} chunks)")
+        self._open.pop(c, None)
+        if self._seg[c] >= 0:
+            self._drop_sealed(c)
+        self._store(c, self.tier.put(data))
+
+    def chunk_rows(self, c: int) -> int:
+        """Number of items in chunk ``c`` (the last chunk may be shorter)."""
+        return self._rows(c)
+
+    # -- pickling: compressed bytes, never decoded caches or threads ---------------------
+    def __getstate__(self) -> dict[str, Any]:
+        stored = self.stored_chunks()
+        blobs = [bytes(self.chunk_bytes(int(c))) for c in stored]
+        opened = {c: self.codec.encode(np.ascontiguousarray(b)) for c, b in self._open.items()}
+        return {
+            "config": {
+                "capacity": self.capacity,
+                "item_shape": self.item_shape,
+                "dtype": self.dtype,
+                "chunk_len": self.chunk_len,
+                "codec": self.codec.name,
+                "threads": self.threads,
+                "name": self.name,
+                "cache": self.cache.max_bytes if self.cache is not None else 0,
+            },
+            "stored": stored,
+            "blobs": blobs,
+            "open": {c: bytes(v) for c, v in opened.items()},
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        cfg = dict(state["config"])
+        capacity, item_shape, dtype = cfg.pop("capacity"), cfg.pop("item_shape"), cfg.pop("dtype")
+        self.__init__(capacity, item_shape, dtype, **cfg)  # type: ignore[misc]
+        for c, blob in zip(state["stored"], state["blobs"], strict=True):
+            self.put_chunk_bytes(int(c), blob)
+        for c, blob in state["open"].items():
+            buf = np.zeros((self._rows(c), *self.item_shape), dtype=self.dtype)
+            self.codec.decode(blob, out=buf)
+            self._open[int(c)] = buf

@@ -1,0 +1,315 @@
+"""ChunkedArray against a plain numpy array: every codec, every dtype, every tier."""
+
+from __future__ import annotations
+
+import pickle
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from chunkstore import ChunkedArray, CorruptChunkError, LRUChunkCache, MemoryTier
+from chunkstore.codecs import codec_names, get_codec
+
+DTYPES = [np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64, np.bool_]
+SHAPES = [(), (3,), (2, 5), (4, 6, 6), (3, 210, 160)]
+
+
+def _available_codecs() -> list[str]:
+    names = []
+    for name in codec_names():
+        try:
+            get_codec(name)
+        except ImportError:
+            continue
+        names.append(name)
+    return names
+
+
+CODECS = _available_codecs()
+
+
+def random_items(rng: np.random.Generator, n: int, item_shape, dtype) -> np.ndarray:
+    """Arbitrary bit patterns (NaN payloads, -0.0, inf) with runs, so codecs have work."""
+    dtype = np.dtype(dtype)
+    shape = (n, *item_shape)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = rng.integers(0, 256, size=nbytes, dtype=np.uint8)
+    if nbytes and rng.random() < 0.5:  # long runs of one byte value
+        raw[: nbytes // 2] = raw[0]
+    return raw.view(dtype).reshape(shape)
+
+
+def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+class ChunkedArrayMachine(RuleBasedStateMachine):
+    """Drives a ChunkedArray and a numpy array side by side; compares after every step."""
+
+    @initialize(
+        codec=st.sampled_from(CODECS),
+        dtype=st.sampled_from(DTYPES),
+        shape=st.sampled_from(SHAPES),
+        chunk_len=st.sampled_from([1, 3, 8, 16]),
+        cache=st.sampled_from([0, 1 << 16, 1 << 22]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def setup(self, codec, dtype, shape, chunk_len, cache, seed):
+        item_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        capacity = int(max(5, min(60, 2_000_000 // max(item_bytes, 1))))
+        self.rng = np.random.default_rng(seed)
+        self.arr = ChunkedArray(capacity, shape, dtype, chunk_len=chunk_len, codec=codec, cache=cache)
+        self.model = np.zeros((capacity, *shape), dtype=dtype)
+        self.pos = 0
+
+    def _indices(self, n: int) -> np.ndarray:
+        return self.rng.integers(-self.model.shape[0], self.model.shape[0], size=n)
+
+    @rule(n=st.integers(1, 20))
+    def ring_write(self, n):
+        """Sequential writes that wrap around, as a replay buffer does."""
+        items = random_items(self.rng, n, self.model.shape[1:], self.model.dtype)
+        for item in items:
+            self.arr[self.pos] = item
+            self.model[self.pos] = item
+            self.pos = (self.pos + 1) % self.model.shape[0]
+
+    @rule(data=st.data())
+    def write_slice(self, data):
+        cap = self.model.shape[0]
+        start = data.draw(st.integers(0, cap - 1))
+        stop = data.draw(st.integers(start, cap))
+        items = random_items(self.rng, stop - start, self.model.shape[1:], self.model.dtype)
+        self.arr[start:stop] = items
+        self.model[start:stop] = items
+
+    @rule(n=st.integers(1, 12))
+    def write_indices(self, n):
+        idx = self._indices(n)
+        items = random_items(self.rng, n, self.model.shape[1:], self.model.dtype)
+        self.arr[idx] = items
+        for i, item in zip(idx, items):  # numpy's fancy assignment: the last write wins
+            self.model[i] = item
+
+    @rule(n=st.integers(0, 40))
+    def read_indices(self, n):
+        idx = self._indices(n)
+        assert_same_bits(self.arr[idx], self.model[idx])
+
+    @rule(n=st.integers(1, 20))
+    def read_into_out(self, n):
+        idx = self._indices(n)
+        out = np.empty((n, *self.model.shape[1:]), self.model.dtype)
+        got = self.arr.take(idx, out=out)
+        assert np.shares_memory(got, out)
+        assert_same_bits(out, self.model[idx])
+
+    @rule(i=st.integers(0, 10**6))
+    def read_one(self, i):
+        i %= self.model.shape[0]
+        assert_same_bits(self.arr[i], self.model[i])
+
+    @rule()
+    def flush(self):
+        self.arr.flush()
+        assert not self.arr._open
+
+    @rule(data=st.data())
+    def discard(self, data):
+        cap, L = self.model.shape[0], self.arr.chunk_len
+        start = data.draw(st.integers(0, cap))
+        stop = data.draw(st.integers(start, cap))
+        self.arr.discard(start, stop)
+        for c in range(-(-start // L), self.arr.nchunks_total):
+            lo, hi = c * L, min(cap, (c + 1) * L)
+            if hi <= stop:
+                self.model[lo:hi] = 0
+
+    @precondition(lambda self: self.model.nbytes < 400_000)
+    @rule()
+    def pickle_round_trip(self):
+        clone = pickle.loads(pickle.dumps(self.arr))
+        assert_same_bits(np.asarray(clone), self.model)
+
+    @invariant()
+    def matches_model(self):
+        assert_same_bits(np.asarray(self.arr), self.model)
+
+    @invariant()
+    def accounting_matches_tier(self):
+        """The tier holds exactly the sealed chunks' bytes: no hidden copies."""
+        stored = self.arr.stored_chunks()
+        assert self.arr.tier.used_nbytes == sum(len(self.arr.chunk_bytes(int(c))) for c in stored)
+        assert self.arr.cbytes == self.arr.tier.used_nbytes + sum(
+            b.nbytes for b in self.arr._open.values()
+        )
+
+
+TestChunkedArrayMachine = ChunkedArrayMachine.TestCase
+TestChunkedArrayMachine.settings = settings(
+    max_examples=60,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_codec_every_dtype_round_trips(codec, dtype):
+    rng = np.random.default_rng(0)
+    arr = ChunkedArray(50, (3, 7), dtype, chunk_len=8, codec=codec)
+    want = random_items(rng, 50, (3, 7), dtype)
+    if np.dtype(dtype).kind == "f":
+        want.reshape(-1)[:4] = np.array([np.nan, -0.0, np.inf, -np.inf], dtype=dtype)
+    arr[:] = want
+    arr.flush()
+    assert arr.nchunks == arr.nchunks_total == 7
+    assert_same_bits(np.asarray(arr), want)
+    idx = rng.integers(0, 50, size=200)
+    assert_same_bits(arr.take(idx), want[idx])
+
+
+def test_unwritten_items_read_as_zeros():
+    arr = ChunkedArray(100, (2,), np.float32, chunk_len=16)
+    arr[40] = [1.5, 2.5]
+    got = arr[np.array([0, 39, 40, 41, 99])]
+    assert got.tolist() == [[0, 0], [0, 0], [1.5, 2.5], [0, 0], [0, 0]]
+
+
+def test_sequential_writer_seals_each_chunk_once():
+    arr = ChunkedArray(64, (4,), np.uint8, chunk_len=16, codec="zstd1")
+    for i in range(64):
+        arr[i] = np.full(4, i, np.uint8)
+        assert arr.nchunks == (i + 1) // 16
+    assert not arr._open and arr.cratio > 1
+
+
+def test_rewrite_of_sealed_chunk_keeps_other_items():
+    arr = ChunkedArray(32, (), np.int64, chunk_len=8)
+    arr[:] = np.arange(32)
+    arr[10] = -1
+    arr.flush()
+    want = np.arange(32)
+    want[10] = -1
+    assert np.array_equal(np.asarray(arr), want)
+
+
+def test_ndarray_behaviour():
+    arr = ChunkedArray(20, (2, 3), np.int16, chunk_len=4)
+    model = np.arange(120, dtype=np.int16).reshape(20, 2, 3)
+    arr[:] = model
+    assert arr.shape == model.shape and arr.dtype == model.dtype and len(arr) == 20
+    assert np.array_equal(arr[-1], model[-1])
+    assert np.array_equal(arr[2:11:3], model[2:11:3])
+    assert np.array_equal(arr[[1, 5], 1], model[[1, 5], 1])
+    assert np.array_equal(arr[3, :, 2], model[3, :, 2])
+    assert np.array_equal(arr[..., 0], model[..., 0])
+    assert np.array_equal(arr[np.array([[0, 1], [2, 19]])], model[np.array([[0, 1], [2, 19]])])
+    mask = np.zeros(20, bool)
+    mask[[2, 7]] = True
+    assert np.array_equal(arr[mask], model[mask])
+    assert np.array_equal(np.stack(list(arr)), model)
+    assert np.allclose(arr, model)
+    arr[4, 1, 2] = 999
+    model[4, 1, 2] = 999
+    assert np.array_equal(np.asarray(arr), model)
+
+
+def test_bad_input_gives_clear_errors():
+    arr = ChunkedArray(10, (3,), np.uint8, chunk_len=4)
+    with pytest.raises(ValueError, match="shape"):
+        arr[0] = np.zeros(4)
+    with pytest.raises(ValueError, match="without loss"):
+        arr[0] = np.array([0.5, 1, 2])
+    with pytest.raises(ValueError, match="without loss"):
+        arr[0] = np.array([256, 0, 0])
+    arr[0] = np.array([1.0, 2.0, 255.0])  # exact values cast fine
+    assert arr[0].tolist() == [1, 2, 255]
+    with pytest.raises(IndexError, match="out of bounds"):
+        arr[10]
+    with pytest.raises(IndexError, match="out of bounds"):
+        arr.take([0, -11])
+    with pytest.raises(IndexError, match="integers"):
+        arr.take(np.array([0.0]))
+    with pytest.raises(ValueError, match="out has"):
+        arr.take([0, 1], out=np.empty((3, 3), np.uint8))
+    with pytest.raises(ValueError, match="capacity"):
+        ChunkedArray(0)
+    with pytest.raises(ValueError, match="chunk_len"):
+        ChunkedArray(10, chunk_len=0)
+    with pytest.raises(ValueError):
+        ChunkedArray(10, codec="nosuchcodec")
+
+
+def test_writes_copy_never_alias():
+    arr = ChunkedArray(8, (3,), np.float64, chunk_len=8)
+    src = np.ones(3)
+    arr[0] = src
+    src[:] = 7
+    assert arr[0].tolist() == [1, 1, 1]
+
+
+def test_corrupt_chunk_names_array_and_chunk():
+    tier = MemoryTier()
+    arr = ChunkedArray(64, (8,), np.uint8, chunk_len=16, codec="zstd1", tier=tier, name="obs")
+    arr[:] = np.random.default_rng(0).integers(0, 4, size=(64, 8), dtype=np.uint8)
+    data = bytearray(arr.chunk_bytes(2))
+    data[len(data) // 2 :] = b"\xff" * (len(data) - len(data) // 2)
+    arr.put_chunk_bytes(2, bytes(data))
+    arr.cache.clear()
+    with pytest.raises(CorruptChunkError, match="obs: chunk 2") as info:
+        arr.take([33])
+    assert info.value.array == "obs" and info.value.chunk == 2
+
+
+def test_cache_hits_and_shared_cache():
+    cache = LRUChunkCache(1 << 20, name="shared")
+    a = ChunkedArray(64, (4,), np.uint8, chunk_len=8, cache=cache)
+    b = ChunkedArray(64, (4,), np.uint8, chunk_len=8, cache=cache)
+    a[:] = 1
+    b[:] = 2
+    assert a[3].tolist() == [1] * 4 and b[3].tolist() == [2] * 4
+    assert cache.misses == 2 and len(cache) == 2
+    assert a[5].tolist() == [1] * 4
+    assert cache.hits == 1
+    a[3] = 9  # a rewrite must never serve the stale decoded chunk
+    a.flush()
+    assert a[3].tolist() == [9] * 4
+
+
+def test_cache_budget_is_respected():
+    cache = LRUChunkCache(3 * 8 * 4)
+    arr = ChunkedArray(64, (4,), np.uint8, chunk_len=8, cache=cache)
+    arr[:] = 3
+    for i in range(0, 64, 8):
+        arr[i]
+    assert cache.nbytes <= cache.max_bytes and len(cache) == 3
+
+
+def test_parallel_decode_matches_serial():
+    rng = np.random.default_rng(1)
+    data = random_items(rng, 4096, (16, 16), np.uint8)
+    serial = ChunkedArray(4096, (16, 16), np.uint8, chunk_len=16, cache=0, threads=1)
+    parallel = ChunkedArray(4096, (16, 16), np.uint8, chunk_len=16, cache=0, threads=4)
+    serial[:] = data
+    parallel[:] = data
+    idx = rng.integers(0, 4096, size=1000)
+    assert_same_bits(parallel.take(idx), data[idx])
+    assert_same_bits(serial.take(idx), data[idx])
+
+
+def test_put_chunk_bytes_installs_verbatim():
+    src = ChunkedArray(40, (5,), np.float32, chunk_len=8, codec="zstd1")
+    src[:] = np.arange(200, dtype=np.float32).reshape(40, 5)
+    dst = ChunkedArray(40, (5,), np.float32, chunk_len=8, codec="zstd1")
+    for c in src.stored_chunks():
+        dst.put_chunk_bytes(int(c), src.chunk_bytes(int(c)))
+    assert np.array_equal(np.asarray(dst), np.asarray(src))
+    assert dst.cbytes == src.cbytes
