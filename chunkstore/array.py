@@ -36,6 +36,11 @@ DEFAULT_CACHE_BYTES = 32 << 20
 MAX_OPEN_CHUNKS = 4
 #: fewer missing chunks than this are decoded on the calling thread
 _PARALLEL_MIN_CHUNKS = 4
+#: a codec that learns from the data (``zstd3+dict``) is trained once this many raw
+#: bytes are sealed; what was stored before is then re-encoded with the trained codec
+TRAIN_AFTER_BYTES = 8 << 20
+#: at most this many items are handed to the trainer
+TRAIN_MAX_ITEMS = 4096
 
 _ids = itertools.count()
 _pool_lock = threading.Lock()
@@ -344,6 +349,46 @@ class ChunkedArray:
         self._version[c] += 1
         self._cbytes_sealed += ref.nbytes
         self._raw_sealed += self._rows(c) * self._item_nbytes
+        if self._raw_sealed >= TRAIN_AFTER_BYTES and getattr(self.codec, "wants_training", False):
+            self.train_codec()
+
+    def train_codec(self) -> None:
+        """Train a learning codec (``zstd3+dict``) on the stored items, re-encode them.
+
+        Called automatically once ``TRAIN_AFTER_BYTES`` are sealed; call it earlier
+        to train on less data. Decoded content is unchanged, so caches stay valid.
+        """
+        trained = getattr(self.codec, "trained", None)
+        if trained is None:
+            return
+        stored = self.stored_chunks()
+        blocks, n = [], 0
+        for c in stored.tolist():
+            if n >= TRAIN_MAX_ITEMS:
+                break
+            block = np.empty((self._rows(c), *self.item_shape), dtype=self.dtype)
+            self._decode_into(c, block)
+            blocks.append(block)
+            n += len(block)
+        samples = [item for block in blocks for item in block][:TRAIN_MAX_ITEMS]
+        new = trained(samples) if samples else self.codec
+        if new == self.codec:
+            return
+        old, self.codec = self.codec, new
+        for c in stored.tolist():
+            block = np.empty((self._rows(c), *self.item_shape), dtype=self.dtype)
+            try:
+                old.decode(self.tier.get(self._ref(c)), out=block)
+            except Exception as exc:
+                raise CorruptChunkError(
+                    f"{self.name}: chunk {c} could not be decoded with {old.name}: {exc}",
+                    array=self.name,
+                    chunk=c,
+                ) from exc
+            ref = self.tier.put(new.encode(block))
+            self.tier.release(self._ref(c))
+            self._cbytes_sealed += ref.nbytes - int(self._len[c])
+            self._seg[c], self._off[c], self._len[c] = ref
 
     def _drop_sealed(self, c: int) -> None:
         ref = self._ref(c)
@@ -550,7 +595,7 @@ class ChunkedArray:
                 "item_shape": self.item_shape,
                 "dtype": self.dtype,
                 "chunk_len": self.chunk_len,
-                "codec": self.codec.name,
+                "codec": self.codec,  # a trained codec carries its dictionary
                 "threads": self.threads,
                 "name": self.name,
                 "cache": self.cache.max_bytes if self.cache is not None else 0,

@@ -315,3 +315,44 @@ def test_put_chunk_bytes_installs_verbatim():
         dst.put_chunk_bytes(int(c), src.chunk_bytes(int(c)))
     assert np.array_equal(np.asarray(dst), np.asarray(src))
     assert dst.cbytes == src.cbytes
+
+
+def _frames(n: int, seed: int = 0) -> np.ndarray:
+    """Image-like frames: a fixed background with a few moving sprites."""
+    rng = np.random.default_rng(seed)
+    background = rng.integers(0, 8, size=(48, 48), dtype=np.uint8) * 16
+    frames = np.repeat(background[None], n, axis=0)
+    for t in range(n):
+        for k in range(3):
+            y, x = (7 * t + 13 * k) % 40, (5 * t + 29 * k) % 40
+            frames[t, y : y + 6, x : x + 6] = 200 + k
+    return frames
+
+
+def test_dictionary_codec_trains_once_and_keeps_data(monkeypatch):
+    import chunkstore.array as array_mod
+
+    monkeypatch.setattr(array_mod, "TRAIN_AFTER_BYTES", 600 * 48 * 48)
+    frames = _frames(1200)
+    trained = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=4, codec="zstd3+dict")
+    plain = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=4, codec="zstd3")
+    for t in range(1200):  # item by item, as a replay buffer writes
+        trained[t] = frames[t]
+        plain[t] = frames[t]
+    assert trained.codec.name == "zstd/3+dict" and not trained.codec.wants_training
+    assert_same_bits(np.asarray(trained), frames)
+    assert trained.cbytes < plain.cbytes  # the dictionary pays for itself
+    assert trained.tier.used_nbytes == trained.cbytes
+    clone = pickle.loads(pickle.dumps(trained))
+    assert clone.codec == trained.codec
+    assert_same_bits(np.asarray(clone), frames)
+    clone[5] = frames[900]
+    assert_same_bits(clone[5], frames[900])
+
+
+def test_dictionary_codec_untrainable_data_falls_back_to_plain_zstd():
+    arr = ChunkedArray(16, (2,), np.uint8, chunk_len=4, codec="zstd3+dict")
+    arr[:] = np.arange(32, dtype=np.uint8).reshape(16, 2)
+    arr.train_codec()  # 32 bytes of samples: zstd cannot train on that
+    assert arr.codec.name == "zstd/3"
+    assert np.array_equal(np.asarray(arr), np.arange(32, dtype=np.uint8).reshape(16, 2))

@@ -20,7 +20,7 @@ from chunkstore.codecs._none import NoneCodec
 from chunkstore.codecs._registry import codec_from_config, codec_names, get_codec
 from chunkstore.codecs._rle import RLECodec
 from chunkstore.codecs._util import DecodeError
-from chunkstore.codecs._zstd import ZstdCodec
+from chunkstore.codecs._zstd import ZstdCodec, ZstdDictCodec
 
 __all__ = [
     "Blosc2Codec",
@@ -34,6 +34,7 @@ __all__ = [
     "RLECodec",
     "XorDelta",
     "ZstdCodec",
+    "ZstdDictCodec",
     "codec_from_config",
     "codec_names",
     "get_codec",

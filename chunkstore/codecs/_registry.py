@@ -9,6 +9,8 @@ strings), plus blosc2 names and an ``xor+`` prefix:
 * ``rle``, ``none``; sb3eb's ``rle-jit`` and ``rle-old`` are the same format.
 * ``blosc2-zstd-5`` or ``blosc2/zstd/5`` (blosc2 levels are never negative).
 * ``xor+<name>``: XOR delta against the previous row, then ``<name>``.
+* ``zstd<L>+dict`` (any zstd form plus ``+dict``): zstd with a dictionary the
+  chunk store trains on the first data it stores.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from chunkstore.codecs._igzip import IGzipCodec
 from chunkstore.codecs._lz4 import LZ4BlockCodec, LZ4FrameCodec
 from chunkstore.codecs._none import NoneCodec
 from chunkstore.codecs._rle import RLECodec
-from chunkstore.codecs._zstd import ZstdCodec
+from chunkstore.codecs._zstd import ZstdCodec, ZstdDictCodec
 from chunkstore.errors import CodecConfigError
 
 __all__ = ["codec_from_config", "codec_names", "get_codec"]
@@ -36,6 +38,7 @@ _REGISTRY: dict[str, type[Codec]] = {
         NoneCodec,
         RLECodec,
         ZstdCodec,
+        ZstdDictCodec,
         LZ4FrameCodec,
         LZ4BlockCodec,
         GzipCodec,
@@ -81,6 +84,7 @@ def _forms() -> str:
             f"  igzip | igzip<L> | igzip/<L>  ({span(IGzipCodec)}; pip install 'chunkstore[isal]')",
             f"  blosc2-<C>[-<L>] | blosc2/<C>[/<L>]  (C: {', '.join(CNAMES)}; {span(Blosc2Codec)})",
             "  xor+<any of the above>  (XOR against the previous row first)",
+            "  <any zstd form>+dict  (zstd with a dictionary trained on the data, e.g. zstd3+dict)",
         )
     )
 
@@ -99,6 +103,10 @@ def _parse(name: str) -> Codec:
         if m.group(2) is None:
             return Blosc2Codec(cname=m.group(1))
         return Blosc2Codec(cname=m.group(1), level=int(m.group(2)))
+    if name.endswith("+dict") and _SHORT.fullmatch(name[: -len("+dict")]):
+        plain = _parse(name[: -len("+dict")])
+        if isinstance(plain, ZstdCodec):
+            return ZstdDictCodec(level=plain.level)
     if name.startswith("xor+"):
         inner = name[len("xor+") :]
         if not inner:

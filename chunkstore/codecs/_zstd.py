@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import threading
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -19,7 +22,7 @@ from chunkstore.codecs._util import (
     size_error,
 )
 
-__all__ = ["ZstdCodec"]
+__all__ = ["ZstdCodec", "ZstdDictCodec"]
 
 # ZstdCompressor/ZstdDecompressor objects must not be shared between threads;
 # building one per call costs more than compressing a small chunk. One per
@@ -27,25 +30,52 @@ __all__ = ["ZstdCodec"]
 _local = threading.local()
 
 
-def _compressor(level: int) -> zstandard.ZstdCompressor:
+def _compressor(level: int, zdict: _Dict | None = None) -> zstandard.ZstdCompressor:
     try:
         cache = _local.compressors
     except AttributeError:
         cache = _local.compressors = {}
-    cctx = cache.get(level)
+    key = (level, zdict.key if zdict is not None else None)
+    cctx = cache.get(key)
     if cctx is None:
         # write_content_size (the default) puts the size in the frame header:
         # decode checks it against out=, and HDF5's Zstd filter (32015) reads it.
-        cctx = cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        kwargs = {} if zdict is None else {"dict_data": zdict.compression_dict(level)}
+        cctx = cache[key] = zstandard.ZstdCompressor(level=level, write_content_size=True, **kwargs)
     return cctx
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
+def _decompressor(zdict: _Dict | None = None) -> zstandard.ZstdDecompressor:
     try:
-        return _local.decompressor
+        cache = _local.decompressors
     except AttributeError:
-        dctx = _local.decompressor = zstandard.ZstdDecompressor()
-        return dctx
+        cache = _local.decompressors = {}
+    key = zdict.key if zdict is not None else None
+    dctx = cache.get(key)
+    if dctx is None:
+        kwargs = {} if zdict is None else {"dict_data": zdict.compression_dict()}
+        dctx = cache[key] = zstandard.ZstdDecompressor(**kwargs)
+    return dctx
+
+
+class _Dict:
+    """A zstd dictionary: its bytes, a key for the per-thread contexts, digested forms."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.key = hashlib.blake2b(data, digest_size=16).digest()
+        self._digested: dict[int | None, zstandard.ZstdCompressionDict] = {}
+        self._lock = threading.Lock()
+
+    def compression_dict(self, level: int | None = None) -> zstandard.ZstdCompressionDict:
+        with self._lock:
+            d = self._digested.get(level)
+            if d is None:
+                d = zstandard.ZstdCompressionDict(self.data)
+                if level is not None:
+                    d.precompute_compress(level=level)
+                self._digested[level] = d
+            return d
 
 
 class ZstdCodec(Codec):
@@ -71,8 +101,10 @@ class ZstdCodec(Codec):
     LEVELS: ClassVar[range] = range(-100, 23)
     DEFAULT_LEVEL: ClassVar[int] = 3
 
+    _zdict: _Dict | None = None
+
     def __init__(self, *, level: int = DEFAULT_LEVEL):
-        level = check_level(self.codec_id, level, -100, 22)
+        level = check_level("zstd", level, -100, 22)
         self.level = level or self.DEFAULT_LEVEL
 
     @property
@@ -83,7 +115,7 @@ class ZstdCodec(Codec):
         return {"level": self.level}
 
     def encode(self, arr: np.ndarray) -> bytes:
-        return _compressor(self.level).compress(as_bytes(arr).data)
+        return _compressor(self.level, self._zdict).compress(as_bytes(arr).data)
 
     def decode(self, buf: Any, out: np.ndarray | None = None) -> np.ndarray:
         src = buffer_view(buf)
@@ -99,7 +131,7 @@ class ZstdCodec(Codec):
         # stream_reader.readinto fills dst in place: measured 1.3x faster than
         # decompress() + copy for a 450 KB chunk.
         try:
-            reader = _decompressor().stream_reader(src)
+            reader = _decompressor(self._zdict).stream_reader(src)
             filled = 0
             while filled < size:
                 n = reader.readinto(dst[filled:])
@@ -116,7 +148,86 @@ class ZstdCodec(Codec):
 
     def _decode_unsized(self, src: memoryview, out: np.ndarray | None) -> np.ndarray:
         try:
-            raw = _decompressor().decompressobj().decompress(src)
+            raw = _decompressor(self._zdict).decompressobj().decompress(src)
         except zstandard.ZstdError as e:
             raise DecodeError(f"{self.name}: {e}") from e
         return deliver(self.name, raw, out)
+
+
+class ZstdDictCodec(ZstdCodec):
+    """Zstandard with a dictionary trained on the data itself (``zstd3+dict``).
+
+    Consecutive Atari frames share most of their pixels; a chunk of a few frames
+    compresses poorly on its own because zstd has nothing to match against. A
+    64 KB dictionary trained on the first frames gives small chunks almost the
+    ratio of large ones (measured, MsPacman 84x84: 8 frames per chunk 26.5x plain,
+    46.8x with a dictionary; 64 frames plain 54x), while a random read decodes 8x
+    less. Small chunks are what makes uniform replay sampling fast.
+
+    Built from a name it is *untrained*: it writes plain zstd frames and
+    ``wants_training`` is true. The chunk store calls :meth:`trained` with sample
+    items once it has seen enough data, then re-encodes what it stored so far.
+    The dictionary is part of the config (base64), so a saved file carries it.
+    Plain HDF5 zstd readers cannot decode these frames (they lack the dictionary).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> frames = np.random.default_rng(0).integers(0, 4, (1100, 32, 32), dtype=np.uint8)
+    >>> c = ZstdDictCodec(level=3).trained(list(frames))
+    >>> c.name, c.wants_training
+    ('zstd/3+dict', False)
+    >>> np.array_equal(c.decode(c.encode(frames[:4]), out=np.empty_like(frames[:4])), frames[:4])
+    True
+    """
+
+    codec_id = "zstd-dict"
+    #: bytes of trained dictionary; 64 KB measured best on Atari frames (256 KB was worse)
+    DICT_SIZE: ClassVar[int] = 64 << 10
+    #: zstd trains a "dictionary" from any few bytes; below this it is noise
+    MIN_SAMPLE_BYTES: ClassVar[int] = 16 * DICT_SIZE
+
+    def __init__(self, *, level: int = ZstdCodec.DEFAULT_LEVEL, dictionary: str | bytes | None = None):
+        super().__init__(level=level)
+        if isinstance(dictionary, str):
+            dictionary = base64.b64decode(dictionary)
+        self._zdict = _Dict(bytes(dictionary)) if dictionary else None
+
+    @property
+    def name(self) -> str:
+        return f"zstd/{self.level}+dict"
+
+    @property
+    def wants_training(self) -> bool:
+        return self._zdict is None
+
+    @property
+    def dictionary(self) -> bytes | None:
+        return self._zdict.data if self._zdict is not None else None
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"level": self.level}
+        if self._zdict is not None:
+            config["dictionary"] = base64.b64encode(self._zdict.data).decode("ascii")
+        return config
+
+    def trained(self, samples: Sequence[np.ndarray]) -> Codec:
+        """A codec with a dictionary trained on ``samples`` (items, any dtype).
+
+        When zstd cannot train one (too few or too small samples) the result is a
+        plain :class:`ZstdCodec`, which decodes what this untrained codec wrote.
+        """
+        data = [as_bytes(s).tobytes() for s in samples]
+        if sum(map(len, data)) < self.MIN_SAMPLE_BYTES:
+            return ZstdCodec(level=self.level)
+        try:
+            zdict = zstandard.train_dictionary(self.DICT_SIZE, data, level=self.level)
+        except zstandard.ZstdError:
+            return ZstdCodec(level=self.level)
+        return ZstdDictCodec(level=self.level, dictionary=zdict.as_bytes())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.get_config()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]

@@ -1,0 +1,111 @@
+"""DeviceTier: chunk bytes in torch uint8 tensors on a device (``cpu`` or ``cuda``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from chunkstore.errors import MissingBackendError
+from chunkstore.tiers._base import ChunkRef
+from chunkstore.tiers._segments import (
+    DEFAULT_SEGMENT_BYTES,
+    SegmentedTier,
+    _Segment,
+    read_only,
+)
+
+__all__ = ["DeviceTier"]
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is a dependency
+        raise MissingBackendError(
+            "DeviceTier needs PyTorch: install torch (see the README)") from exc
+    return torch
+
+
+class DeviceTier(SegmentedTier):
+    """Encoded chunks in torch uint8 segment tensors on ``device``.
+
+    On ``cpu``, ``get`` is a zero-copy read-only numpy view of the segment
+    tensor. On ``cuda``, ``get`` copies the chunk to a fresh host array (a
+    shared staging buffer would be overwritten under a concurrent reader), and
+    ``get_tensor`` returns the device slice for decoders that run on the GPU.
+    ``put`` copies host bytes through a pinned staging buffer on ``cuda``.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+    segment_bytes : int
+        Size of one segment tensor (default 4 MiB).
+    max_bytes : int, optional
+        Hard limit on reserved bytes; beyond it ``put`` raises ``TierFullError``.
+
+    Examples
+    --------
+    >>> tier = DeviceTier("cpu", segment_bytes=1 << 16)
+    >>> ref = tier.put(b"hello")
+    >>> bytes(tier.get(ref)), tier.get_tensor(ref).device.type
+    (b'hello', 'cpu')
+    """
+
+    kind = "device"
+
+    def __init__(self, device: Any = "cpu", *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 max_bytes: int | None = None) -> None:
+        super().__init__(segment_bytes=segment_bytes, max_bytes=max_bytes)
+        self._torch = torch = _import_torch()
+        self.device = torch.device(device)
+        self._on_cpu = self.device.type == "cpu"
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"DeviceTier({str(device)!r}): CUDA is not available here; "
+                             "use device='cpu'")
+        self._staging: Any = None  # pinned host buffer for cuda puts (writer only)
+        self._staging_lock = threading.Lock()
+
+    def get(self, ref: ChunkRef) -> np.ndarray:
+        view = super().get(ref)
+        if self._on_cpu:
+            return view
+        return view.cpu().numpy()  # device -> host outside the tier lock
+
+    def get_tensor(self, ref: ChunkRef) -> Any:
+        """The chunk as a uint8 tensor slice on the tier's device (no copy)."""
+        with self._lock:
+            seg = self._live_segment(ref)
+            return seg.data[ref[1]:ref[1] + ref[2]]
+
+    def info(self) -> dict[str, Any]:
+        out = super().info()
+        out["device"] = str(self.device)
+        return out
+
+    def _allocate(self, seg: _Segment) -> None:
+        seg.data = self._torch.empty(seg.capacity, dtype=self._torch.uint8, device=self.device)
+        if self._on_cpu:
+            seg.ro = read_only(seg.data.numpy())
+
+    def _free_storage(self, seg: _Segment) -> None:
+        seg.data = seg.ro = None
+
+    def _write(self, seg: _Segment, offset: int, src: np.ndarray) -> None:
+        n = src.size
+        if self._on_cpu:
+            seg.ro.base[offset:offset + n] = src  # the writable numpy view of the tensor
+            return
+        with self._staging_lock:
+            torch = self._torch
+            if self._staging is None or self._staging.numel() < n:
+                self._staging = torch.empty(max(n, 1 << 20), dtype=torch.uint8, pin_memory=True)
+            self._staging.numpy()[:n] = src
+            seg.data[offset:offset + n].copy_(self._staging[:n])
+
+    def _view(self, seg: _Segment, offset: int, nbytes: int) -> Any:
+        if self._on_cpu:
+            return seg.ro[offset:offset + nbytes]
+        return seg.data[offset:offset + nbytes]

@@ -1,0 +1,233 @@
+"""FileTier: chunks read in place from a saved file, new chunks in a writable tier.
+
+A lazily loaded store (:func:`chunkstore.format.load` with ``lazy=True``) keeps
+its chunks where they are: in the saved HDF5 file, which is memory-mapped once,
+read-only, and shared by every array of the store. Reads are zero-copy slices of
+the mapping. The buffer keeps training after a load, so chunks written after it
+go to a writable tier (a :class:`~chunkstore.tiers.MemoryTier` by default);
+releasing a chunk of the file only forgets it, the file is never written.
+
+Refs: segment 0 is the file (offset = byte offset in the file); segment ``s`` of
+the writable tier is segment ``s + 1`` here. ChunkedArray treats negative
+segments as "not stored", so the file cannot use a negative id.
+
+Each file chunk's CRC32 is checked on its first read (``verify=True``), so a
+damaged chunk raises :class:`~chunkstore.errors.CorruptChunkError` naming the
+array and chunk instead of decoding into wrong data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import zlib
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from chunkstore.errors import CorruptChunkError
+from chunkstore.tiers._base import ChunkRef, Tier
+from chunkstore.tiers.memory import MemoryTier
+
+__all__ = ["FileChunk", "FileTier", "MappedFile", "crc32"]
+
+FILE_SEGMENT = 0
+
+
+def crc32(data: Any) -> int:
+    """zlib's CRC32 of any C-contiguous buffer (bytes, memoryview, uint8 ndarray)."""
+    return zlib.crc32(data)
+
+
+class FileChunk(NamedTuple):
+    """A chunk already in the mapped file; ``FileTier.put`` adopts it without a copy."""
+
+    offset: int
+    nbytes: int
+
+
+class MappedFile:
+    """A whole file mapped read-only, shared by the tiers of one loaded store.
+
+    Parameters
+    ----------
+    path
+        The file (only used in messages when ``fd`` is given).
+    fd
+        An open descriptor of that file; mapped, not closed (the map keeps its own).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fd: int | None = None) -> None:
+        self.path = os.fspath(path)
+        own = fd is None
+        if fd is None:
+            fd = os.open(self.path, os.O_RDONLY)
+        try:
+            self.size = os.fstat(fd).st_size
+            self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if self.size else None
+        finally:
+            if own:
+                os.close(fd)
+        self.buf: np.ndarray | None = (
+            np.frombuffer(self._mmap, dtype=np.uint8) if self._mmap is not None
+            else np.empty(0, np.uint8)
+        )
+
+    def view(self, offset: int, nbytes: int) -> np.ndarray:
+        buf = self.buf
+        if buf is None:
+            raise ValueError(f"{self.path} was closed; its chunks can no longer be read")
+        return buf[offset:offset + nbytes]
+
+    def close(self) -> None:
+        """Forget the mapping; it is unmapped once no chunk view is alive."""
+        self.buf = None
+        mm, self._mmap = self._mmap, None
+        if mm is not None:
+            with contextlib.suppress(BufferError):  # a view handed out is still alive
+                mm.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.buf is None
+
+
+class FileTier(Tier):
+    """Chunks of one array in a :class:`MappedFile`, plus a writable tier for new ones.
+
+    Parameters
+    ----------
+    file
+        The mapped file.
+    chunk_ids, offsets, nbytes, crc32
+        One entry per chunk of this array in the file: its chunk index (for
+        messages), byte offset, length, and the CRC32 to check on first read.
+    writable
+        Where new chunks go (default: a new :class:`MemoryTier`, closed with this tier).
+    name
+        The array's name, for error messages.
+    verify
+        Check each file chunk's CRC32 on its first read.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     _ = f.write(b"xxhello"); f.flush()
+    ...     tier = FileTier(MappedFile(f.name), [0], [2], [5], [crc32(b"hello")])
+    ...     ref = tier.put(FileChunk(2, 5))
+    ...     bytes(tier.get(ref))
+    b'hello'
+    """
+
+    kind = "file"
+
+    def __init__(
+        self,
+        file: MappedFile,
+        chunk_ids: Any = (),
+        offsets: Any = (),
+        nbytes: Any = (),
+        crc32: Any = (),
+        *,
+        writable: Tier | None = None,
+        name: str = "array",
+        verify: bool = True,
+    ) -> None:
+        self.file = file
+        self.name = name
+        self.verify = verify
+        self._own_writable = writable is None
+        self.writable: Tier = writable if writable is not None else MemoryTier()
+        offsets = np.asarray(offsets, dtype=np.int64)
+        order = np.argsort(offsets, kind="stable")
+        self._offsets = offsets[order]
+        self._chunk_ids = np.asarray(chunk_ids, dtype=np.int64)[order]
+        self._nbytes = np.asarray(nbytes, dtype=np.int64)[order]
+        self._crc = np.asarray(crc32, dtype=np.uint32)[order]
+        self._checked = np.zeros(len(self._offsets), dtype=bool)
+        self._file_live_nbytes = 0
+        self._file_live_chunks = 0
+
+    # -- Tier API ---------------------------------------------------------------------
+    def put(self, data: Any) -> ChunkRef:
+        if isinstance(data, FileChunk):
+            offset, n = int(data.offset), int(data.nbytes)
+            if offset < 0 or offset + n > self.file.size:
+                raise CorruptChunkError(
+                    f"{self.name}: a chunk at bytes {offset}..{offset + n} lies beyond the end "
+                    f"of {self.file.path} ({self.file.size} bytes); the file is truncated",
+                    array=self.name,
+                )
+            self._file_live_nbytes += n
+            self._file_live_chunks += 1
+            return ChunkRef(FILE_SEGMENT, offset, n)
+        seg, off, n = self.writable.put(data)
+        return ChunkRef(seg + 1, off, n)
+
+    def get(self, ref: ChunkRef) -> np.ndarray | memoryview:
+        seg, off, n = ref
+        if seg != FILE_SEGMENT:
+            return self.writable.get(ChunkRef(seg - 1, off, n))
+        view = self.file.view(off, n)
+        if self.verify:
+            self._check(off, view)
+        return view
+
+    def release(self, ref: ChunkRef) -> None:
+        seg, off, n = ref
+        if seg != FILE_SEGMENT:
+            self.writable.release(ChunkRef(seg - 1, off, n))
+            return
+        # The file is read-only: releasing a file chunk only forgets it.
+        self._file_live_nbytes -= n
+        self._file_live_chunks -= 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.writable.nbytes + self._file_live_nbytes
+
+    @property
+    def used_nbytes(self) -> int:
+        return self.writable.used_nbytes + self._file_live_nbytes
+
+    def close(self) -> None:
+        """Stop reading the file; close the writable tier if this tier created it."""
+        self.file.close()
+        if self._own_writable:
+            self.writable.close()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "nbytes": self.nbytes,
+            "used_nbytes": self.used_nbytes,
+            "path": self.file.path,
+            "file_chunks": self._file_live_chunks,
+            "file_nbytes": self._file_live_nbytes,
+            "verified_chunks": int(self._checked.sum()),
+            "writable": self.writable.info(),
+        }
+
+    # -- checksums ---------------------------------------------------------------------
+    def verify_all(self) -> None:
+        """Check every file chunk's CRC32 now (raises on the first bad one)."""
+        for k in np.flatnonzero(~self._checked).tolist():
+            off = int(self._offsets[k])
+            self._check(off, self.file.view(off, int(self._nbytes[k])))
+
+    def _check(self, offset: int, view: np.ndarray) -> None:
+        k = int(np.searchsorted(self._offsets, offset))
+        if k == len(self._offsets) or self._offsets[k] != offset or self._checked[k]:
+            return
+        got = crc32(view)
+        if got != self._crc[k] or view.size != self._nbytes[k]:
+            chunk = int(self._chunk_ids[k])
+            raise CorruptChunkError(
+                f"{self.name}: chunk {chunk} in {self.file.path} is corrupt (CRC32 "
+                f"{got:#010x}, expected {int(self._crc[k]):#010x})",
+                array=self.name,
+                chunk=chunk,
+            )
+        self._checked[k] = True  # a benign race between readers: at worst checked twice
