@@ -8,18 +8,22 @@ Layout (format version 1)::
     /<array>                 one chunked dataset per ChunkedArray: shape (capacity, *item_shape),
                              HDF5 chunk (chunk_len, *item_shape) == our chunk, written verbatim
                              with write_direct_chunk. attrs: kind="chunked_array", codec,
-                             codec_config (JSON), chunk_len, capacity, item_shape, dtype,
-                             hdf5_filter
+                             codec_config (JSON; see below when large), chunk_len, capacity,
+                             item_shape, dtype, hdf5_filter
     /<extra>                 a plain contiguous dataset. attrs: kind="extra", dtype, crc32
     /_chunkstore/arrays/<array>/chunks   int64: indices of the stored chunks
     /_chunkstore/arrays/<array>/crc32    uint32: CRC32 of each stored chunk's bytes in the file
     /_chunkstore/arrays/<array>/tail     uint8: the partial last chunk, verbatim (see below)
+    /_chunkstore/arrays/<array>/codec_config  uint8 JSON, instead of the attribute when it
+                                         is over 16 KB (a trained zstd dictionary)
 
 Codecs and HDF5 filters. Chunks are never recompressed; what plain HDF5 readers
 see depends on whether the codec's bytes are a standard HDF5 filter's format:
 
 * ``zstd`` chunks are Zstd frames with the content size: the dataset declares
-  hdf5plugin's Zstd filter (32015), and ``h5py`` + ``hdf5plugin`` read it.
+  hdf5plugin's Zstd filter (32015), and ``h5py`` + ``hdf5plugin`` read it. So
+  does ``zstd3+dict`` before it is trained; once trained, its frames need the
+  dictionary and it is a private codec like those below.
 * ``gzip`` / ``igzip`` chunks are zlib streams: HDF5's built-in deflate filter.
 * ``none`` chunks are the raw bytes: no filter at all.
 * Every other codec (lz4, rle, blosc2, ``xor+...``) declares the private filter
@@ -101,6 +105,9 @@ FORMAT_VERSION = 1
 PRIVATE_FILTER_ID = 47_301
 _META = "_chunkstore"
 _NATIVE = {"zstd": "zstd", "gzip": "deflate", "igzip": "deflate", "none": "none"}
+#: longer codec configs (a trained zstd dictionary) go to a dataset: attributes over
+#: 64 KB need HDF5's newest object-header format, which older readers lack
+_MAX_ATTR_CHARS = 16 << 10
 #: chunks between progress-bar updates: tqdm per chunk would cost more than the write
 _BAR_STEP = 512
 
@@ -173,6 +180,8 @@ def _write_header(f: h5py.File, arrays: list[str], extras: list[str], attrs_json
 def _hdf5_filter(codec: Codec) -> tuple[str, dict[str, Any]]:
     """The filter label and the create_dataset arguments for ``codec``'s chunks."""
     label = _NATIVE.get(codec.codec_id, "chunkstore")
+    if codec.codec_id == "zstd-dict" and getattr(codec, "dictionary", None) is None:
+        label = "zstd"  # not trained yet: it writes plain zstd frames
     if label == "zstd":
         return label, dict(hdf5plugin.Zstd())
     if label == "deflate":
@@ -192,13 +201,17 @@ def _write_array(f: h5py.File, name: str, arr: ChunkedArray, bar: tqdm) -> None:
         name, shape=arr.shape, dtype=_h5_dtype(arr.dtype), chunks=(L, *item_shape),
         track_times=False, **filter_args,
     )
-    codec_config = {"id": arr.codec.codec_id, **arr.codec.get_config()}
+    meta = f.require_group(f"{_META}/arrays/{name}")
+    config = _dump_json({"id": arr.codec.codec_id, **arr.codec.get_config()}, f"{name} codec")
     dset.attrs.update({
         "kind": "chunked_array", "codec": arr.codec.name,
-        "codec_config": _dump_json(codec_config, f"{name} codec config"),
         "chunk_len": L, "capacity": arr.capacity, "item_shape": json.dumps(item_shape),
         "dtype": _dtype_to_json(arr.dtype), "hdf5_filter": label,
     })
+    if len(config) <= _MAX_ATTR_CHARS:
+        dset.attrs["codec_config"] = config
+    else:  # a trained dictionary: too big for an attribute in the HDF5 1.8 file format
+        meta.create_dataset("codec_config", data=np.frombuffer(config.encode(), np.uint8))
     if label == "chunkstore":
         dset.attrs["note"] = (f"chunks are encoded with chunkstore codec {arr.codec.name!r}; "
                               "read this dataset with chunkstore.format.load()")
@@ -219,7 +232,6 @@ def _write_array(f: h5py.File, name: str, arr: ChunkedArray, bar: tqdm) -> None:
         if k % _BAR_STEP == _BAR_STEP - 1:
             bar.update(_BAR_STEP)
     bar.update(len(stored) % _BAR_STEP)
-    meta = f.require_group(f"{_META}/arrays/{name}")
     meta.create_dataset("chunks", data=stored.astype(np.int64))
     meta.create_dataset("crc32", data=crcs)
 
@@ -476,18 +488,20 @@ def _read_array_meta(f: h5py.File, name: str) -> _ArrayMeta:
         out = _ArrayMeta(
             name=name, capacity=capacity, item_shape=tuple(json.loads(a["item_shape"])),
             dtype=_dtype_from_json(a["dtype"]), chunk_len=L,
-            codec_config=json.loads(a["codec_config"]), hdf5_filter=str(a["hdf5_filter"]),
+            codec_config=json.loads(a["codec_config"] if "codec_config" in a
+                                    else meta["codec_config"][()].tobytes().decode()),
+            hdf5_filter=str(a["hdf5_filter"]),
             chunks=chunks, crc32=crcs, offsets=np.full(len(chunks), -1, np.int64),
             nbytes=np.zeros(len(chunks), np.int64), tail=tail,
         )
     except (KeyError, ValueError, TypeError) as e:
         raise FormatError(f"{f.filename}: array {name!r} has damaged metadata: {e!r}") from e
     located = _chunk_locations(dset, L)
-    pos = np.searchsorted(located[:, 0], chunks) if len(located) else np.zeros(len(chunks), int)
-    found = (pos < len(located)) & (located[np.minimum(pos, len(located) - 1), 0] == chunks) \
-        if len(located) else np.zeros(len(chunks), bool)
-    out.offsets[found] = located[pos[found], 1]
-    out.nbytes[found] = located[pos[found], 2]
+    row = np.searchsorted(located[:, 0], chunks)
+    found = row < len(located)
+    found[found] = located[row[found], 0] == chunks[found]
+    out.offsets[found] = located[row[found], 1]
+    out.nbytes[found] = located[row[found], 2]
     return out
 
 
