@@ -9,6 +9,7 @@ methods); chunks stay on disk (lazy load), nothing is decoded.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
