@@ -65,6 +65,23 @@ class LRUChunkCache:
             self.hits += 1
             return value
 
+    def get_many(self, keys: list[Hashable], wanted: list[bool] | None = None) -> list[np.ndarray | None]:
+        """:meth:`get` for many keys under one lock; keys not ``wanted`` are skipped (None)."""
+        out: list[np.ndarray | None] = []
+        with self._lock:
+            for i, key in enumerate(keys):
+                if wanted is not None and not wanted[i]:
+                    out.append(None)
+                    continue
+                value = self._items.get(key)
+                if value is None:
+                    self.misses += 1
+                else:
+                    self._items.move_to_end(key)
+                    self.hits += 1
+                out.append(value)
+        return out
+
     def put(self, key: Hashable, value: np.ndarray) -> None:
         """Insert ``value``; evicts least-recently-used chunks to stay in budget."""
         size = value.nbytes

@@ -1,0 +1,420 @@
+"""The compressed replay buffers against SB3's own, bit for bit."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from atari import collect_atari
+from gymnasium import spaces
+from stable_baselines3 import DQN, SAC
+from stable_baselines3.common.buffers import DictReplayBuffer, NStepReplayBuffer, ReplayBuffer
+from stable_baselines3.common.callbacks import CheckpointCallback
+from stable_baselines3.common.save_util import load_from_pkl
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from test_frames import frame_stack_stream
+
+from sb3_integration import (
+    CompressedDictReplayBuffer,
+    CompressedNStepReplayBuffer,
+    CompressedReplayBuffer,
+)
+
+PAIRS = {
+    "replay": (ReplayBuffer, CompressedReplayBuffer),
+    "dict": (DictReplayBuffer, CompressedDictReplayBuffer),
+    "nstep": (NStepReplayBuffer, CompressedNStepReplayBuffer),
+}
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def assert_same(a, b, where=""):
+    if a is None or b is None:
+        assert a is None and b is None, where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k}]")
+    else:
+        assert a.dtype == b.dtype, f"{where}: {a.dtype} != {b.dtype}"
+        assert a.shape == b.shape and th.equal(a, b), where
+
+
+def assert_samples_equal(ref, ours, batch_size, seed, env=None, where=""):
+    # SB3 samples from numpy's global legacy RNG: seed it the same way before each buffer
+    np.random.seed(seed)  # noqa: NPY002
+    sa = ref.sample(batch_size, env=env)
+    np.random.seed(seed)  # noqa: NPY002
+    sb = ours.sample(batch_size, env=env)
+    assert type(sa) is type(sb)
+    for field in sa._fields:
+        assert_same(getattr(sa, field), getattr(sb, field), f"{where} {field}")
+
+
+def make_pair(kind, buffer_size, obs_space, act_space, **kw):
+    ours_kw = {k: kw.pop(k) for k in ("chunk_len", "compression_method", "cache_bytes") if k in kw}
+    ref_cls, our_cls = PAIRS[kind]
+    ours_kw.setdefault("chunk_len", 8)
+    return (ref_cls(buffer_size, obs_space, act_space, "cpu", **kw),
+            our_cls(buffer_size, obs_space, act_space, "cpu", **kw, **ours_kw))
+
+
+def random_transitions(obs_space, act_space, T, n_envs, ep_len=9, seed=0):
+    """next_obs[t] == obs[t+1] except at episode ends, with some time-limit truncations."""
+    obs_space.seed(seed)
+    act_space.seed(seed + 1)
+    rng = np.random.default_rng(seed)
+
+    def batch():
+        samples = [obs_space.sample() for _ in range(n_envs)]
+        if isinstance(obs_space, spaces.Dict):
+            return {k: np.stack([s[k] for s in samples]) for k in obs_space.spaces}
+        return np.stack([np.asarray(s) for s in samples])
+
+    def put(dst, e, src):
+        if isinstance(dst, dict):
+            for k in dst:
+                dst[k][e] = src[k][e]
+        else:
+            dst[e] = src[e]
+
+    obs = batch()
+    for t in range(T):
+        nxt = batch()
+        done = (t + 1 + np.arange(n_envs)) % ep_len == 0
+        trunc = done & (rng.random(n_envs) < 0.5)
+        infos = [{"TimeLimit.truncated": bool(x)} for x in trunc]
+        actions = np.stack([np.asarray(act_space.sample()) for _ in range(n_envs)])
+        yield obs, nxt, actions, rng.standard_normal(n_envs).astype(np.float32), done, infos
+        following = {k: v.copy() for k, v in nxt.items()} if isinstance(nxt, dict) else nxt.copy()
+        fresh = batch()
+        for e in np.flatnonzero(done):
+            put(following, e, fresh)
+        obs = following
+
+
+def drive(ref, ours, transitions, every=7, batch_size=32, env=None):
+    n = 0
+    for t, tr in enumerate(transitions):
+        ref.add(*tr)
+        ours.add(*tr)
+        if t % every == every - 1:
+            for seed in (t, t + 1):
+                assert_samples_equal(ref, ours, batch_size, seed, env=env, where=f"t={t}")
+        n += 1
+    assert ref.pos == ours.pos and ref.full == ours.full
+    return n
+
+
+def assert_views_equal(ref, ours):
+    if isinstance(ref.observations, dict):
+        for k in ref.observations:
+            assert np.array_equal(np.asarray(ours.observations[k]), ref.observations[k])
+            assert np.array_equal(np.asarray(ours.next_observations[k]), ref.next_observations[k])
+    else:
+        assert np.array_equal(np.asarray(ours.observations), ref.observations)
+        if not ref.optimize_memory_usage:
+            assert np.array_equal(np.asarray(ours.next_observations), ref.next_observations)
+
+
+SPACES = {
+    "box_f32": spaces.Box(-1, 1, (5,), np.float32),
+    "box_f64": spaces.Box(-1, 1, (2, 3), np.float64),
+    "box_i32": spaces.Box(-1000, 1000, (4,), np.int32),
+    "box_bool": spaces.Box(0, 1, (6,), bool),
+    "box_u8_img": spaces.Box(0, 255, (3, 8, 8), np.uint8),
+    "discrete": spaces.Discrete(7),
+    "multibinary": spaces.MultiBinary(5),
+    "multidiscrete": spaces.MultiDiscrete([3, 4]),
+}
+ACTIONS = {"discrete": spaces.Discrete(3), "box": spaces.Box(-1, 1, (2,), np.float32)}
+
+
+# -- equivalence -------------------------------------------------------------------------------
+@pytest.mark.parametrize("space_name", list(SPACES))
+@pytest.mark.parametrize("n_envs", [1, 4])
+def test_synthetic_spaces_equal_sb3(space_name, n_envs):
+    obs_space, act = SPACES[space_name], ACTIONS["box" if n_envs == 1 else "discrete"]
+    ref, ours = make_pair("replay", 24 * n_envs, obs_space, act, n_envs=n_envs)
+    drive(ref, ours, random_transitions(obs_space, act, 60, n_envs))
+    assert_views_equal(ref, ours)
+
+
+@pytest.mark.parametrize("n_envs", [1, 4])
+@pytest.mark.parametrize(("opt", "timeouts"), [(False, True), (False, False), (True, False)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_frame_stacks_equal_sb3(n_envs, opt, timeouts, channels_last):
+    frame = (6, 5, 3) if channels_last else (1, 6, 5)
+    shape = (6, 5, 12) if channels_last else (4, 6, 5)
+    space = spaces.Box(0, 255, shape, np.uint8)
+    ref, ours = make_pair("replay", 30 * n_envs, space, ACTIONS["discrete"], n_envs=n_envs,
+                          optimize_memory_usage=opt, handle_timeout_termination=timeouts)
+    rng = np.random.default_rng(0)
+    stream = frame_stack_stream(100, n_envs, frame=frame, channels_last=channels_last)
+    transitions = (
+        (o, n, rng.integers(0, 3, n_envs), rng.standard_normal(n_envs).astype(np.float32),
+         rng.random(n_envs) < 0.1, [{"TimeLimit.truncated": bool(x)} for x in rng.random(n_envs) < 0.05])
+        for o, n in stream
+    )
+    drive(ref, ours, transitions)
+    assert_views_equal(ref, ours)
+    assert ours.storage_info()["observations"]["depth"] == 4
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+@pytest.mark.parametrize("timeouts", [True, False])
+def test_dict_spaces_equal_sb3(n_envs, timeouts):
+    space = spaces.Dict({
+        "img": spaces.Box(0, 255, (4, 6, 5), np.uint8),
+        "vec": spaces.Box(-1, 1, (3,), np.float32),
+        "id": spaces.Discrete(5),
+        "bits": spaces.MultiBinary(4),
+    })
+    act = ACTIONS["box"]
+    ref, ours = make_pair("dict", 20 * n_envs, space, act, n_envs=n_envs, handle_timeout_termination=timeouts)
+    drive(ref, ours, random_transitions(space, act, 50, n_envs))
+    assert_views_equal(ref, ours)
+    assert set(ours.storage_info()) == {"img", "vec", "id", "bits", "_totals"}
+
+
+@pytest.mark.parametrize(("n_steps", "gamma"), [(1, 0.99), (3, 0.99), (5, 0.9)])
+@pytest.mark.parametrize("n_envs", [1, 2])
+@pytest.mark.parametrize("timeouts", [True, False])
+def test_nstep_equal_sb3(n_steps, gamma, n_envs, timeouts):
+    space, act = SPACES["box_f32"], ACTIONS["discrete"]
+    ref, ours = make_pair("nstep", 20 * n_envs, space, act, n_envs=n_envs, n_steps=n_steps, gamma=gamma,
+                          handle_timeout_termination=timeouts)
+    drive(ref, ours, random_transitions(space, act, 60, n_envs, ep_len=6))
+
+
+def test_real_atari_short_equal_sb3():
+    tr = collect_atari("Breakout", 500, max_episode_steps=320)
+    assert tr.dones.any() and tr.truncations > 0
+    space = spaces.Box(0, 255, tr.obs.shape[2:], np.uint8)
+    ref, ours = make_pair("replay", 200, space, spaces.Discrete(4), chunk_len=16)
+    drive(ref, ours, tr.steps(), every=50, batch_size=64)
+    assert_views_equal(ref, ours)
+    info = ours.storage_info()["observations"]
+    assert (info["stack_axis"], info["depth"]) == (0, 4)
+    assert info["frames_written"] < 1.1 * len(tr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("game", "n_envs", "channels_last"),
+                         [("Pong", 1, False), ("Breakout", 4, False), ("Pong", 4, True), ("Breakout", 1, True)])
+def test_real_atari_equal_sb3(game, n_envs, channels_last):
+    tr = collect_atari(game, 3000 // n_envs, n_envs=n_envs, channels_last=channels_last, max_episode_steps=800)
+    assert tr.dones.any() and tr.truncations > 0
+    space = spaces.Box(0, 255, tr.obs.shape[2:], np.uint8)
+    for opt, timeouts in ((False, True), (True, False)):
+        ref, ours = make_pair("replay", 1000, space, spaces.Discrete(6), n_envs=n_envs, chunk_len=32,
+                              optimize_memory_usage=opt, handle_timeout_termination=timeouts)
+        drive(ref, ours, tr.steps(), every=97, batch_size=128)
+        assert_views_equal(ref, ours)
+    ref, ours = make_pair("nstep", 1000, space, spaces.Discrete(6), n_envs=n_envs, n_steps=3)
+    drive(ref, ours, tr.steps(), every=131, batch_size=128)
+    assert ours.nbytes_stored < ours.nbytes_raw / 10
+
+
+# -- ndarray behaviour, edge cases -------------------------------------------------------------
+def test_observations_behave_like_ndarrays():
+    space = SPACES["box_u8_img"]
+    ref, ours = make_pair("replay", 10, space, ACTIONS["discrete"], n_envs=2)
+    for tr in random_transitions(space, ACTIONS["discrete"], 3, 2):
+        ref.add(*tr)
+        ours.add(*tr)
+    obs = ours.observations
+    assert obs.shape == ref.observations.shape == (5, 2, 3, 8, 8)
+    assert obs.dtype == np.uint8 and len(obs) == 5
+    assert not np.asarray(obs)[3:].any()  # unwritten slots read as zeros
+    for key in (0, -1, slice(1, 4), np.array([2, 0]), (np.array([0, 1]), np.array([1, 0]), slice(None)),
+                (Ellipsis, 0), (0, 1, 2, 3)):
+        assert np.array_equal(obs[key], ref.observations[key])
+        assert np.array_equal(ours.next_observations[key], ref.next_observations[key])
+    assert np.allclose(obs, ref.observations)
+    assert all(np.array_equal(a, b) for a, b in zip(obs, ref.observations, strict=True))
+
+
+def test_buffer_size_one_full_sample():
+    space = SPACES["box_f32"]
+    ref, ours = make_pair("replay", 1, space, ACTIONS["discrete"])
+    drive(ref, ours, random_transitions(space, ACTIONS["discrete"], 5, 1), every=1, batch_size=4)
+    assert ours.full and ours.size() == 1
+    # SB3 cannot sample a full buffer of one with optimize_memory_usage (randint(1, 1)): neither can we
+    ref, ours = make_pair("replay", 1, space, ACTIONS["discrete"], optimize_memory_usage=True,
+                          handle_timeout_termination=False)
+    for tr in random_transitions(space, ACTIONS["discrete"], 2, 1):
+        ref.add(*tr)
+        ours.add(*tr)
+    for b in (ref, ours):
+        with pytest.raises(ValueError):
+            b.sample(4)
+    assert np.array_equal(np.asarray(ours.observations), ref.observations)
+
+
+def test_reset_extend_and_dones_written_after_add():
+    space, act = SPACES["box_f32"], ACTIONS["discrete"]
+    ref, ours = make_pair("replay", 16, space, act)
+    drive(ref, ours, random_transitions(space, act, 20, 1))
+    ref.reset()
+    ours.reset()
+    assert ours.size() == 0 and not np.asarray(ours.observations).any()
+    trs = list(random_transitions(space, act, 6, 1, seed=3))
+    batch = [np.stack([tr[i] for tr in trs]) for i in range(5)] + [[tr[5] for tr in trs]]
+    ref.extend(*batch)
+    ours.extend(*batch)
+    for b in (ref, ours):  # what OffPolicyAlgorithm._setup_learn does to truncate the last trajectory
+        b.dones[(b.pos - 1) % b.buffer_size] = True
+    assert ours.size() == ref.size() == 6
+    for seed in range(3):
+        assert_samples_equal(ref, ours, 8, seed)
+
+
+def test_vecnormalize_sampling_equal_sb3():
+    venv = VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")]), norm_obs=True, norm_reward=True)
+    venv.reset()
+    for _ in range(30):
+        venv.step(np.array([venv.action_space.sample()]))
+    space, act = venv.observation_space, venv.action_space
+    ref, ours = make_pair("replay", 40, space, act)
+    drive(ref, ours, random_transitions(space, act, 50, 1), env=venv)
+
+
+def test_bad_input_raises_and_leaves_buffer_unchanged():
+    space, act = spaces.Box(0, 255, (4, 6, 5), np.uint8), ACTIONS["discrete"]
+    _, ours = make_pair("replay", 10, space, act)
+    good = next(random_transitions(space, act, 1, 1))
+    ours.add(*good)
+    before = (ours.pos, ours.full, np.asarray(ours.observations).copy(), ours.actions.copy(), ours.nbytes_stored)
+    obs, nxt, a, r, d, infos = good
+    bad_inputs = [
+        ((obs[:, :3], nxt, a, r, d, infos), r"expected shape \(1, 4, 6, 5\).*got shape \(1, 3, 6, 5\)"),
+        ((obs, nxt.astype(np.float32) + 0.5, a, r, d, infos), "expected dtype uint8, got dtype float32"),
+        ((obs.astype(np.int64) + 256, nxt, a, r, d, infos), "expected dtype uint8, got dtype int64"),
+        ((obs, nxt, a, np.zeros(3, np.float32), d, infos), r"reward: expected shape \(1,\)"),
+        ((obs, nxt, np.zeros(5), r, d, infos), "action"),
+    ]
+    for args, match in bad_inputs:
+        with pytest.raises(ValueError, match=match):
+            ours.add(*args)
+        assert (ours.pos, ours.full) == before[:2]
+        assert np.array_equal(np.asarray(ours.observations), before[2])
+        assert np.array_equal(ours.actions, before[3]) and ours.nbytes_stored == before[4]
+    ours.add(obs.astype(np.int64), nxt.astype(np.float64), a, r, d, infos)  # exact casts are accepted
+    assert np.array_equal(ours.observations[1], obs) and np.array_equal(ours.next_observations[1], nxt)
+
+
+def test_sb3_constructor_checks_mirrored():
+    space, act = SPACES["box_f32"], ACTIONS["discrete"]
+    with pytest.raises(ValueError, match="optimize_memory_usage"):
+        CompressedReplayBuffer(10, space, act, optimize_memory_usage=True)
+    with pytest.raises(AssertionError):
+        CompressedDictReplayBuffer(10, spaces.Dict({"a": space}), act, optimize_memory_usage=True,
+                                   handle_timeout_termination=False)
+    with pytest.raises(NotImplementedError):
+        CompressedNStepReplayBuffer(10, space, act, optimize_memory_usage=True, handle_timeout_termination=False)
+    buf = CompressedReplayBuffer(10, space, act, dtypes={"elem_type": np.uint8}, compression_method="lz4-block")
+    assert buf.compression_method.startswith("lz4")
+
+
+# -- pickling and SB3's save/load ------------------------------------------------------------
+def test_pickle_stores_compressed_bytes():
+    tr = collect_atari("Breakout", 500, max_episode_steps=320)
+    space = spaces.Box(0, 255, tr.obs.shape[2:], np.uint8)
+    ref, ours = make_pair("replay", 400, space, spaces.Discrete(4), chunk_len=32)
+    for step in tr.steps():
+        ref.add(*step)
+        ours.add(*step)
+    blob = pickle.dumps(ours, protocol=pickle.HIGHEST_PROTOCOL)
+    assert len(blob) < ours.nbytes_raw / 20
+    assert len(blob) < 1.5 * ours.nbytes_stored + 200_000
+    clone = pickle.loads(blob)
+    assert_views_equal(ref, clone)
+    for seed in range(3):
+        assert_samples_equal(ref, clone, 64, seed)
+    for step in list(tr.steps())[:150]:  # keeps working, wraps around after load
+        ref.add(*step)
+        clone.add(*step)
+    assert_samples_equal(ref, clone, 64, 7)
+
+
+def test_model_save_and_load_replay_buffer(tmp_path, one_torch_thread):
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=500, learning_starts=50, seed=0, device="cpu",
+                replay_buffer_class=CompressedReplayBuffer, replay_buffer_kwargs={"chunk_len": 16})
+    checkpoint = CheckpointCallback(save_freq=150, save_path=str(tmp_path / "ckpt"), save_replay_buffer=True)
+    model.learn(150, callback=checkpoint)
+    saved = list((tmp_path / "ckpt").glob("*replay_buffer*.pkl"))
+    assert len(saved) == 1 and isinstance(load_from_pkl(saved[0]), CompressedReplayBuffer)
+    path = tmp_path / "buffer.pkl"
+    model.save_replay_buffer(path)
+    other = DQN("MlpPolicy", "CartPole-v1", buffer_size=500, seed=1, device="cpu",
+                replay_buffer_class=CompressedReplayBuffer)
+    other.load_replay_buffer(path)
+    loaded = other.replay_buffer
+    assert isinstance(loaded, CompressedReplayBuffer) and loaded.device == other.device
+    assert path.stat().st_size < loaded.nbytes_raw
+    for seed in range(3):
+        assert_samples_equal(model.replay_buffer, loaded, 32, seed)
+    loaded.device = th.device("cpu")  # what load_replay_buffer does; a new device is accepted
+    other.learn(20, reset_num_timesteps=False)
+
+
+# -- training with the same seed gives the same parameters ---------------------------------------
+@pytest.fixture
+def one_torch_thread():
+    """Small nets train faster on one thread on a busy 2-core box; both runs use the same setting."""
+    before = th.get_num_threads()
+    th.set_num_threads(1)
+    yield
+    th.set_num_threads(before)
+
+
+def _train(algo, env_id, buffer_class, steps, **kw):
+    model = algo("MlpPolicy", env_id, seed=0, device="cpu", replay_buffer_class=buffer_class, **kw)
+    model.learn(steps)
+    return model
+
+
+TRAINING = [
+    (DQN, "CartPole-v1", ReplayBuffer, CompressedReplayBuffer,
+     {"learning_starts": 100, "buffer_size": 150, "train_freq": 1, "batch_size": 32}),
+    (DQN, "CartPole-v1", NStepReplayBuffer, CompressedNStepReplayBuffer,
+     {"learning_starts": 100, "buffer_size": 150, "batch_size": 32,
+      "replay_buffer_kwargs": {"n_steps": 3, "gamma": 0.99}}),
+    (SAC, "Pendulum-v1", ReplayBuffer, CompressedReplayBuffer,
+     {"learning_starts": 100, "buffer_size": 150, "batch_size": 32, "policy_kwargs": {"net_arch": [32, 32]}}),
+]
+
+
+@pytest.mark.parametrize(("algo", "env_id", "ref_cls", "our_cls", "kw"), TRAINING, ids=["dqn", "dqn-nstep", "sac"])
+def test_training_bit_identical(algo, env_id, ref_cls, our_cls, kw, one_torch_thread):
+    steps = 250 if algo is DQN else 180  # past the buffer size: sampling across the wrap-around
+    a = _train(algo, env_id, ref_cls, steps, **kw)
+    b = _train(algo, env_id, our_cls, steps, **kw)
+    assert b.replay_buffer.full
+    pa, pb = a.policy.state_dict(), b.policy.state_dict()
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        assert th.equal(pa[name], pb[name]), name
+
+
+@pytest.mark.slow
+def test_training_atari_cnn_bit_identical(one_torch_thread):
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    def run(cls):
+        env = VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=2, seed=0), 4)
+        model = DQN("CnnPolicy", env, buffer_size=1000, learning_starts=200, train_freq=4, batch_size=32,
+                    seed=0, device="cpu", replay_buffer_class=cls)
+        model.learn(1200)
+        return model
+
+    a, b = run(ReplayBuffer), run(CompressedReplayBuffer)
+    for (n, x), (_, y) in zip(a.policy.state_dict().items(), b.policy.state_dict().items(), strict=True):
+        assert th.equal(x, y), n
+    assert b.replay_buffer.full
+    assert b.replay_buffer.nbytes_stored < b.replay_buffer.nbytes_raw / 10
