@@ -82,6 +82,9 @@ class ChunkedArray:
         How many threads decode the chunks one read needs (default: CPU count).
     name
         A name shown in errors and by tools (``"observations"``).
+    max_open
+        Chunks kept open (uncompressed) at once; one per sequential writer
+        (e.g. per environment writing its own region) avoids re-encoding.
 
     Examples
     --------
@@ -103,6 +106,7 @@ class ChunkedArray:
         cache: LRUChunkCache | int | None = None,
         threads: int | None = None,
         name: str | None = None,
+        max_open: int = MAX_OPEN_CHUNKS,
     ) -> None:
         if int(capacity) < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -125,6 +129,9 @@ class ChunkedArray:
             self.cache = None
         self.threads = max(1, int(threads if threads is not None else os.cpu_count() or 1))
         self.name = name or "array"
+        if int(max_open) < 1:
+            raise ValueError(f"max_open must be >= 1, got {max_open}")
+        self.max_open = int(max_open)
 
         self._uid = next(_ids)
         self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
@@ -327,7 +334,7 @@ class ChunkedArray:
             self._decode_into(c, buf)
             self._drop_sealed(c)
         self._open[c] = buf
-        while len(self._open) > MAX_OPEN_CHUNKS:
+        while len(self._open) > self.max_open:
             self._seal(next(iter(self._open)))
         return buf
 
@@ -619,6 +626,7 @@ class ChunkedArray:
                 "threads": self.threads,
                 "name": self.name,
                 "cache": self.cache.max_bytes if self.cache is not None else 0,
+                "max_open": self.max_open,
             },
             "stored": stored,
             "blobs": blobs,

@@ -43,9 +43,9 @@ overwrites its oldest row it calls :meth:`FrameStore.release_before`; whole
 chunks of frames older than the oldest live row are then discarded from the
 tier, so memory stays proportional to the live data.
 
-Envs share one ChunkedArray (in disjoint regions of ``F`` slots) up to the
-number of chunks a ChunkedArray keeps open, so one ``take`` serves a batch;
-beyond that, envs are split over several arrays.
+All envs share one ChunkedArray, in disjoint regions of ``F`` slots, with one
+open chunk per env: one ``take`` serves a whole batch, and a learning codec
+(``zstd3+dict``) trains one dictionary for all envs.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ from typing import Any
 import numpy as np
 
 from chunkstore import ChunkedArray, LRUChunkCache, Tier
-from chunkstore import array as _array_mod
 from sb3_integration._common import pack_array, unpack_array
 
 __all__ = ["DETECT_MAX_PUTS", "MAX_DEPTH", "UNWRITTEN", "FrameStore", "StackLayout", "detect_layout"]
@@ -257,25 +256,18 @@ class FrameStore:
         k, L = layout.depth, self.chunk_len
         ring = (self.n_rows + 1) * self.stacks_per_row * k + 2 * L
         self.F = -(-ring // L) * L
-        group = max(1, int(getattr(_array_mod, "MAX_OPEN_CHUNKS", 4)))
-        self.group_size = min(group, self.n_envs)
-        n_groups = -(-self.n_envs // self.group_size)
-        self.arrays = [
-            ChunkedArray(
-                self.F * min(self.group_size, self.n_envs - g * self.group_size),
-                layout.frame_shape,
-                self.dtype,
-                chunk_len=L,
-                codec=self.codec,
-                tier=self.tier() if callable(self.tier) and not isinstance(self.tier, Tier) else self.tier,
-                cache=self.cache,
-                name=f"{self.name}.frames" + (f"[{g}]" if n_groups > 1 else ""),
-            )
-            for g in range(n_groups)
-        ]
-        envs = np.arange(self.n_envs)
-        self.env_array = envs // self.group_size  # which array holds env e
-        self.env_base = (envs % self.group_size) * self.F  # where env e's ring starts in it
+        self.array = ChunkedArray(
+            self.F * self.n_envs,
+            layout.frame_shape,
+            self.dtype,
+            chunk_len=L,
+            codec=self.codec,
+            tier=self.tier() if callable(self.tier) and not isinstance(self.tier, Tier) else self.tier,
+            cache=self.cache,
+            name=f"{self.name}.frames",
+            max_open=self.n_envs + 1,  # each env writes its own region sequentially
+        )
+        self.env_base = np.arange(self.n_envs) * self.F  # where env e's ring starts
         self.last = np.zeros((self.n_envs, *self.obs_shape), self.dtype)
         pending, self._pending = self._pending, []
         final = {(w, r): i for i, (w, r, _) in enumerate(pending)}  # rows overwritten meanwhile are dead
@@ -352,7 +344,7 @@ class FrameStore:
         m = len(frames)
         if m == 0:
             return
-        arr, base = self.arrays[self.env_array[e]], int(self.env_base[e])
+        arr, base = self.array, int(self.env_base[e])
         g = self.heads[e]
         local = g % self.F
         first = min(m, self.F - local)  # the run wraps around the ring at most once
@@ -389,7 +381,7 @@ class FrameStore:
                 self.released[e] = aligned
 
     def _discard(self, e: int, g0: int, g1: int) -> None:
-        arr, base, F = self.arrays[self.env_array[e]], int(self.env_base[e]), self.F
+        arr, base, F = self.array, int(self.env_base[e]), self.F
         if g1 - g0 >= F:
             arr.discard(base, base + F)
             return
@@ -403,8 +395,7 @@ class FrameStore:
     def clear(self) -> None:
         """Everything back to zeros (unwritten); the detected layout is kept."""
         if self.layout is not None:
-            for arr in self.arrays:
-                arr.clear()
+            self.array.clear()
         self.slots[...] = 0
         self.pads[...] = UNWRITTEN
         self.used = [False] * self.stacks_per_row
@@ -444,26 +435,17 @@ class FrameStore:
         if any_pad:  # read a frame we read anyway, so padding touches no extra chunk
             ids = np.where(padded, ids[..., -1:], ids)
         frames = lay.split_view(out)  # (m*n, k, *frame_shape)
-        self._take(ids.reshape(-1), np.repeat(env_rep.reshape(-1), k), frames)
+        self._take(ids.reshape(-1), frames)
         if any_pad:
             frames[padded.reshape(m * n, k)] = 0
         return [out[i * n : (i + 1) * n] for i in range(m)]
 
-    def _take(self, ids: np.ndarray, id_envs: np.ndarray, frames: np.ndarray) -> None:
-        """Frames ``ids`` (of envs ``id_envs``) into ``frames``: straight in when it is contiguous."""
-        if len(self.arrays) == 1:
-            if frames.flags.c_contiguous:
-                self.arrays[0].take(ids, out=frames)
-            else:  # channel-last stacks: frames interleave in the output, one strided copy
-                frames[...] = self.arrays[0].take(ids).reshape(frames.shape)
-            return
-        tmp = np.empty((len(ids), *frames.shape[2:]), self.dtype)
-        in_array = self.env_array[id_envs]
-        for a, arr in enumerate(self.arrays):
-            sel = np.flatnonzero(in_array == a)
-            if sel.size:
-                tmp[sel] = arr.take(ids[sel])
-        frames[...] = tmp.reshape(frames.shape)
+    def _take(self, ids: np.ndarray, frames: np.ndarray) -> None:
+        """Frames ``ids`` into ``frames``: straight in when it is contiguous."""
+        if frames.flags.c_contiguous:
+            self.array.take(ids, out=frames)
+        else:  # channel-last stacks: frames interleave in the output, one strided copy
+            frames[...] = self.array.take(ids).reshape(frames.shape)
 
     # -- sizes -----------------------------------------------------------------------
     @property
@@ -477,14 +459,12 @@ class FrameStore:
         """Compressed frames, open chunks, chunk tables, descriptors, and stacks awaiting detection."""
         total = self.index_nbytes + sum(x.nbytes for _, _, x in self._pending)
         if self.layout is not None:
-            for arr in self.arrays:
-                total += arr.cbytes + 32 * arr.nchunks_total
+            total += self.array.cbytes + 32 * self.array.nchunks_total
         return total
 
     def info(self) -> dict[str, Any]:
         lay = self.layout
-        frames_cbytes = sum(a.cbytes for a in self.arrays) if lay is not None else 0
-        sealed = sum(a.nchunks for a in self.arrays) if lay is not None else 0
+        arr = self.array if lay is not None else None
         return {
             "name": self.name,
             "obs_shape": self.obs_shape,
@@ -495,13 +475,13 @@ class FrameStore:
             "depth": lay.depth if lay else None,
             "ring_frames": self.F if lay else None,
             "frames_written": self.frames_written,
-            "frames_cbytes": frames_cbytes,
-            "sealed_chunks": sealed,
-            "sealed_cratio": (sum(a.cratio * a.nchunks for a in self.arrays) / sealed) if sealed else 1.0,
+            "frames_cbytes": arr.cbytes if arr else 0,
+            "sealed_chunks": arr.nchunks if arr else 0,
+            "sealed_cratio": arr.cratio if arr else 1.0,
             "index_nbytes": self.index_nbytes,
-            "chunk_table_nbytes": sum(32 * a.nchunks_total for a in self.arrays) if lay else 0,
+            "chunk_table_nbytes": 32 * arr.nchunks_total if arr else 0,
             "nbytes_stored": self.nbytes_stored,
-            "codec": self.arrays[0].codec.name if lay else str(self.codec),
+            "codec": arr.codec.name if arr else str(self.codec),
             "chunk_len": self.chunk_len,
         }
 
@@ -525,5 +505,4 @@ class FrameStore:
         """Point every array at one shared decoded-chunk cache (after unpickling)."""
         self.cache = cache
         if self.layout is not None:
-            for arr in self.arrays:
-                arr.cache = cache
+            self.array.cache = cache
