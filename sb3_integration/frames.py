@@ -501,8 +501,8 @@ class FrameStore:
             state[name] = unpack_array(state[name])
         self.__dict__.update(state)
 
-    def share_cache(self, cache: LRUChunkCache | None) -> None:
-        """Point every array at one shared decoded-chunk cache (after unpickling)."""
+    def share_cache(self, cache: LRUChunkCache | int) -> None:
+        """Use one shared decoded-chunk cache (after unpickling); 0 for none."""
         self.cache = cache
         if self.layout is not None:
-            self.array.cache = cache
+            self.array.cache = cache if isinstance(cache, LRUChunkCache) else None

@@ -52,6 +52,7 @@ from sb3_integration._common import (
     unpack_array,
 )
 from sb3_integration.frames import FrameStore
+from sb3_integration.persistence import ReplayBufferFileMixin
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -74,8 +75,11 @@ def stack_axis_order(space: spaces.Space) -> tuple[int, ...]:
     return (-1, 0)  # channel-last image, or not an image: VecFrameStack stacks on the last axis
 
 
-class _CompressedReplayMixin:
-    """Observation storage shared by the three replay buffers (put before the SB3 class)."""
+class _CompressedReplayMixin(ReplayBufferFileMixin):
+    """Observation storage shared by the three replay buffers (put before the SB3 class).
+
+    ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence`.
+    """
 
     buffer_size: int
     n_envs: int
@@ -294,7 +298,7 @@ class _CompressedReplayMixin:
         for name in _SMALL_ARRAYS:
             state[name] = unpack_array(state[name])
         self.__dict__.update(state)
-        cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else None
+        cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
         for store in self._stores.values():
             store.share_cache(cache)
         self._plan, self._memo, self._owned = None, {}, {}

@@ -439,3 +439,17 @@ def test_default_dictionary_codec_trains_mid_fill_and_stays_equal(monkeypatch):
     codec = ours.storage_info()["observations"]["codec"]
     assert codec.endswith("+dict"), codec  # trained: a plain zstd name would mean it fell back
     assert_views_equal(ref, ours)
+
+
+def test_unpickled_buffer_without_cache_stays_without_cache():
+    """cache_bytes=0 survives pickling, also for a key whose layout is still undetected."""
+    space = spaces.Box(0, 255, (4, 6, 5), np.uint8)
+    _, ours = make_pair("replay", 50, space, ACTIONS["discrete"], cache_bytes=0)
+    stream = frame_stack_stream(3, 1)  # too few stacks to detect the layout yet
+    for o, n in stream:
+        ours.add(o, n, np.zeros(1), np.zeros(1, np.float32), np.zeros(1, bool), [{}])
+    clone = pickle.loads(pickle.dumps(ours))
+    for o, n in frame_stack_stream(40, 1, seed=1):
+        clone.add(o, n, np.zeros(1), np.zeros(1, np.float32), np.zeros(1, bool), [{}])
+    store = clone._stores[None]
+    assert store.layout is not None and store.array.cache is None
