@@ -183,10 +183,8 @@ class _CompressedReplayMixin(ReplayBufferFileMixin):
         if self.handle_timeout_termination:
             values.append(np.array([info.get("TimeLimit.truncated", False) for info in infos]))
         for name, v in zip(("reward", "done", "infos"), values[1:], strict=False):
-            try:
-                np.broadcast_to(v, (self.n_envs,))
-            except ValueError:
-                raise ValueError(f"{name}: expected shape ({self.n_envs},), got shape {v.shape}") from None
+            if v.ndim > 1 or v.size not in (1, self.n_envs):  # what broadcasting to (n_envs,) accepts
+                raise ValueError(f"{name}: expected shape ({self.n_envs},), got shape {v.shape}")
         return values
 
     def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
