@@ -136,11 +136,12 @@ class ChunkedArray:
         self._uid = next(_ids)
         self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
         n = self.nchunks_total
-        # the chunk table: where each sealed chunk lives (-1 = not stored)
-        self._seg = np.full(n, -1, dtype=np.int64)
-        self._off = np.zeros(n, dtype=np.int64)
-        self._len = np.zeros(n, dtype=np.int64)
-        self._version = np.zeros(n, dtype=np.int64)
+        # the chunk table: where each sealed chunk lives (-1 = not stored). Compact
+        # dtypes (20 bytes a chunk): a ring sized for the worst case has many entries.
+        self._seg = np.full(n, -1, dtype=np.int32)
+        self._off = np.zeros(n, dtype=np.int64)  # file offsets of a lazily loaded store exceed 4 GB
+        self._len = np.zeros(n, dtype=np.uint32)
+        self._version = np.zeros(n, dtype=np.uint32)
         self._open: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cbytes_sealed = 0
         self._raw_sealed = 0
@@ -184,6 +185,11 @@ class ChunkedArray:
     def cratio(self) -> float:
         """Compression ratio of the sealed chunks (raw bytes / encoded bytes)."""
         return self._raw_sealed / self._cbytes_sealed if self._cbytes_sealed else 1.0
+
+    @property
+    def table_nbytes(self) -> int:
+        """Bytes of the chunk table (every chunk, stored or not)."""
+        return self._seg.nbytes + self._off.nbytes + self._len.nbytes + self._version.nbytes
 
     @property
     def nchunks(self) -> int:

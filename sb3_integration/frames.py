@@ -38,7 +38,7 @@ frames, and a live row references at most ``depth`` frames behind the stream
 head at the time it was written, so a ring of
 ``F = (n_rows + 1) * stacks_per_row * depth + 2 * chunk_len`` (rounded up to a
 whole chunk) can never overwrite a frame a live row uses. Unwritten chunks cost
-only their entry in the chunk table (32 bytes a chunk). When the owner
+only their entry in the chunk table (20 bytes a chunk). When the owner
 overwrites its oldest row it calls :meth:`FrameStore.release_before`; whole
 chunks of frames older than the oldest live row are then discarded from the
 tier, so memory stays proportional to the live data.
@@ -459,7 +459,7 @@ class FrameStore:
         """Compressed frames, open chunks, chunk tables, descriptors, and stacks awaiting detection."""
         total = self.index_nbytes + sum(x.nbytes for _, _, x in self._pending)
         if self.layout is not None:
-            total += self.array.cbytes + 32 * self.array.nchunks_total
+            total += self.array.cbytes + self.array.table_nbytes
         return total
 
     def info(self) -> dict[str, Any]:
@@ -479,7 +479,7 @@ class FrameStore:
             "sealed_chunks": arr.nchunks if arr else 0,
             "sealed_cratio": arr.cratio if arr else 1.0,
             "index_nbytes": self.index_nbytes,
-            "chunk_table_nbytes": 32 * arr.nchunks_total if arr else 0,
+            "chunk_table_nbytes": arr.table_nbytes if arr else 0,
             "nbytes_stored": self.nbytes_stored,
             "codec": arr.codec.name if arr else str(self.codec),
             "chunk_len": self.chunk_len,
