@@ -18,7 +18,7 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -124,7 +124,9 @@ class ChunkedArray:
         self.tier = tier if tier is not None else MemoryTier()
         if cache is None:
             cache = DEFAULT_CACHE_BYTES
-        self.cache = LRUChunkCache(cache, name=name or "") if isinstance(cache, int) else cache
+        self.cache: LRUChunkCache | None = (
+            LRUChunkCache(cache, name=name or "") if isinstance(cache, int) else cache
+        )
         if self.cache is not None and self.cache.max_bytes == 0:
             self.cache = None
         self.threads = max(1, int(threads if threads is not None else os.cpu_count() or 1))
@@ -513,7 +515,7 @@ class ChunkedArray:
             return out
         cached: list[np.ndarray | None] = [None] * len(uniq)
         if self.cache is not None:
-            keys = [(self._uid, c, v) for c, v in zip(uniq.tolist(), self._version[uniq].tolist(), strict=True)]
+            keys: list[Hashable] = [(self._uid, c, v) for c, v in zip(uniq.tolist(), self._version[uniq].tolist(), strict=True)]
             cached = self.cache.get_many(keys, stored.tolist())
         misses = []
         for k, (c, s, e) in enumerate(zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True)):
@@ -557,7 +559,7 @@ class ChunkedArray:
             else:
                 buf = scratch if nrows == L else scratch[:nrows]
             try:
-                decode(get((int(seg[c]), int(off[c]), int(length[c]))), out=buf)
+                decode(get(ChunkRef(int(seg[c]), int(off[c]), int(length[c]))), out=buf)
             except Exception as exc:
                 raise self._corrupt(c, exc) from exc
             if cache is not None:
@@ -598,7 +600,7 @@ class ChunkedArray:
         if self._seg[c] < 0:
             raise KeyError(f"{self.name}: chunk {c} is not stored (open or never written)")
         view = self.tier.get(self._ref(c))
-        return memoryview(view).toreadonly()
+        return memoryview(view).toreadonly()  # type: ignore[arg-type]
 
     def chunk_nbytes(self) -> np.ndarray:
         """Encoded size of every chunk (0 where not stored)."""

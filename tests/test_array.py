@@ -96,7 +96,7 @@ class ChunkedArrayMachine(RuleBasedStateMachine):
         idx = self._indices(n)
         items = random_items(self.rng, n, self.model.shape[1:], self.model.dtype)
         self.arr[idx] = items
-        for i, item in zip(idx, items):  # numpy's fancy assignment: the last write wins
+        for i, item in zip(idx, items, strict=True):  # numpy's fancy assignment: the last write wins
             self.model[i] = item
 
     @rule(n=st.integers(0, 40))

@@ -40,8 +40,10 @@ def _compressor(level: int, zdict: _Dict | None = None) -> zstandard.ZstdCompres
     if cctx is None:
         # write_content_size (the default) puts the size in the frame header:
         # decode checks it against out=, and HDF5's Zstd filter (32015) reads it.
-        kwargs = {} if zdict is None else {"dict_data": zdict.compression_dict(level)}
-        cctx = cache[key] = zstandard.ZstdCompressor(level=level, write_content_size=True, **kwargs)
+        dict_data = None if zdict is None else zdict.compression_dict(level)
+        cctx = cache[key] = zstandard.ZstdCompressor(
+            level=level, write_content_size=True, dict_data=dict_data
+        )
     return cctx
 
 
@@ -53,8 +55,8 @@ def _decompressor(zdict: _Dict | None = None) -> zstandard.ZstdDecompressor:
     key = zdict.key if zdict is not None else None
     dctx = cache.get(key)
     if dctx is None:
-        kwargs = {} if zdict is None else {"dict_data": zdict.compression_dict()}
-        dctx = cache[key] = zstandard.ZstdDecompressor(**kwargs)
+        dict_data = None if zdict is None else zdict.compression_dict()
+        dctx = cache[key] = zstandard.ZstdDecompressor(dict_data=dict_data)
     return dctx
 
 
@@ -217,7 +219,7 @@ class ZstdDictCodec(ZstdCodec):
         When zstd cannot train one (too few or too small samples) the result is a
         plain :class:`ZstdCodec`, which decodes what this untrained codec wrote.
         """
-        data = [as_bytes(s).tobytes() for s in samples]
+        data: list[bytes | bytearray | memoryview] = [as_bytes(s).tobytes() for s in samples]
         if sum(map(len, data)) < self.MIN_SAMPLE_BYTES:
             return ZstdCodec(level=self.level)
         try:
