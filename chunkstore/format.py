@@ -249,14 +249,21 @@ def _write_tail(f: h5py.File, name: str, data: memoryview) -> None:
     tail.attrs["crc32"] = np.uint32(crc32(data))
 
 
+#: extras at least this large are compressed inside the file
+_PACK_EXTRAS = 64 << 10
+
+
 def _write_extra(f: h5py.File, name: str, value: Any) -> None:
     a = np.asarray(value)
     a = a if a.flags.c_contiguous else a.copy(order="C")  # keeps 0-d arrays 0-d
     if a.dtype.hasobject:
         raise TypeError(f"extra {name!r} has dtype {a.dtype}; only plain numpy dtypes can be saved")
     h5dtype = _h5_dtype(a.dtype)
+    # large extras (a buffer's actions, rewards, dones: 20 B a transition) are zstd
+    # compressed by HDF5 itself, so plain h5py + hdf5plugin still reads them
+    packed = {"shuffle": True, **hdf5plugin.Zstd(clevel=1)} if a.ndim and a.nbytes >= _PACK_EXTRAS else {}
     dset = f.create_dataset(name, data=a.view(h5dtype) if h5dtype != a.dtype else a,
-                            track_times=False)
+                            track_times=False, **packed)
     dset.attrs.update({"kind": "extra", "dtype": _dtype_to_json(a.dtype),
                        "crc32": np.uint32(crc32(_raw(a)))})
 

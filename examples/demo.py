@@ -24,7 +24,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import VecFrameStack
 
-from sb3_integration import CompressedReplayBuffer
+from sb3_integration import DEFAULT_COMPRESSION, CompressedReplayBuffer
 
 
 def mb(n: float) -> str:
@@ -71,7 +71,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4_000, help="training steps before the save")
     parser.add_argument("--resume-steps", type=int, default=1_000, help="training steps after reloading")
     parser.add_argument("--buffer-size", type=int, default=100_000)
-    parser.add_argument("--codec", default="zstd3", help="compression_method (sb3-extra-buffers names)")
+    parser.add_argument("--codec", default=DEFAULT_COMPRESSION,
+                        help="compression_method (sb3-extra-buffers names; default %(default)s)")
     parser.add_argument("--out", type=Path, default=None, help="directory for the saved buffer (default: a temp dir)")
     args = parser.parse_args()
     gym.register_envs(ale_py)  # makes the Atari ids (ROMs ship in the ale-py wheel) known

@@ -6,6 +6,7 @@ dtypes, ndarray-like ``observations``, pickling) and store each distinct frame
 once, in compressed chunks.
 """
 
+from sb3_integration._common import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
 from sb3_integration.frames import FrameStore, StackLayout
 from sb3_integration.replay import (
     CompressedDictReplayBuffer,
@@ -20,6 +21,8 @@ __all__ = [
     "CompressedNStepReplayBuffer",
     "CompressedReplayBuffer",
     "CompressedRolloutBuffer",
+    "DEFAULT_CHUNK_LEN",
+    "DEFAULT_COMPRESSION",
     "FrameStore",
     "StackLayout",
 ]
