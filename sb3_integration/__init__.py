@@ -16,13 +16,13 @@ from sb3_integration.replay import (
 from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
 
 __all__ = [
+    "DEFAULT_CHUNK_LEN",
+    "DEFAULT_COMPRESSION",
     "CompressedDictReplayBuffer",
     "CompressedDictRolloutBuffer",
     "CompressedNStepReplayBuffer",
     "CompressedReplayBuffer",
     "CompressedRolloutBuffer",
-    "DEFAULT_CHUNK_LEN",
-    "DEFAULT_COMPRESSION",
     "FrameStore",
     "StackLayout",
 ]
