@@ -5,9 +5,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(EXTRAS)
 EXTRAS ?= dev,bench
+PY := $(VENV)/bin/python
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: venv demo test test-slow test-all bench lint clean
 
