@@ -85,50 +85,44 @@ def load_datasets(args: argparse.Namespace) -> list[Dataset]:
         items = load_observations(path)
         out.append(Dataset(Path(path).name, np.ascontiguousarray(items[: args.max_items])))
     for path in args.h5 or []:
-        out.append(Dataset(Path(path).name, np.ascontiguousarray(load_h5(path, args.h5_key)[: args.max_items])))
+        out.append(Dataset(Path(path).name, np.ascontiguousarray(load_h5(path, args.h5_key, args.max_items))))
     return out
 
 
-def load_h5(path: str, key: str | None) -> np.ndarray:
-    """Observations of a saved store / buffer file.
+def load_h5(path: str, key: str | None, limit: int | None = None) -> np.ndarray:
+    """Observations of a saved store / buffer file (issue 4's format).
 
-    HOOK for issue 4: once ``chunkstore.format`` exists, read through it (it knows
-    every codec and the frame-dedup layout). Until then, and for zstd files,
-    plain h5py + hdf5plugin reads the dataset (the format's promise).
+    Uses ``chunkstore.format.read_observations`` (stored chunks only, any codec).
+    Without ``--h5-key`` it takes ``observations`` or, in a saved SB3 buffer, the
+    observation frame array (the name that starts with "observations"); other
+    HDF5 files are read with plain h5py.
     """
-    arr = _load_h5_with_format_module(path, key)
-    if arr is not None:
-        return arr
-    import h5py
-    import hdf5plugin  # noqa: F401  (registers the Zstd filter 32015)
+    from chunkstore import format as cs_format
 
-    with h5py.File(path, "r") as f:
-        if key is None:
-            found: list[tuple[int, str]] = []
-            f.visititems(lambda n, o: found.append((o.size, n)) if isinstance(o, h5py.Dataset) and o.ndim >= 2 else None)
-            if not found:
-                raise ValueError(f"{path}: no dataset with >= 2 dimensions; name one with --h5-key")
-            key = "observations" if "observations" in f else max(found)[1]
-        return f[key][()]
+    if key is None:
+        key = _default_h5_key(path)
+    return cs_format.read_observations(path, key, limit=limit)
 
 
-def _load_h5_with_format_module(path: str, key: str | None) -> np.ndarray | None:
-    """TODO(issue 4): return the observations through ``chunkstore.format``'s public loader.
+def _default_h5_key(path: str) -> str:
+    from chunkstore import format as cs_format
+    from chunkstore.errors import FormatError
 
-    Expected shape: open the file lazily, pick ``key`` (default "observations"),
-    return ``np.asarray(array)``. Returns None while the module does not exist.
-    """
     try:
-        import chunkstore.format as fmt_mod
-    except ImportError:
-        return None
-    opener = getattr(fmt_mod, "open_store", None) or getattr(fmt_mod, "load", None)
-    if opener is None:
-        return None
-    store = opener(path)
-    arrays = store if isinstance(store, dict) else getattr(store, "arrays", {})
-    name = key or ("observations" if "observations" in arrays else next(iter(arrays), None))
-    return None if name is None else np.asarray(arrays[name])
+        with cs_format.load(path, lazy=True, cache=0) as store:
+            names = list(store.arrays)
+    except FormatError:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            names = [n for n in f if isinstance(f[n], h5py.Dataset)]
+    for want in ("observations", "observations.frames"):
+        if want in names:
+            return want
+    obs = [n for n in names if n.startswith("observations")]
+    if obs or names:
+        return (obs or names)[0]
+    raise ValueError(f"{path}: no arrays to benchmark; name one with --h5-key")
 
 
 # == codec ratio / speed =======================================================
