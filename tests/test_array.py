@@ -332,7 +332,7 @@ def _frames(n: int, seed: int = 0) -> np.ndarray:
 def test_dictionary_codec_trains_once_and_keeps_data(monkeypatch):
     import chunkstore.array as array_mod
 
-    monkeypatch.setattr(array_mod, "TRAIN_AFTER_BYTES", 600 * 48 * 48)
+    monkeypatch.setattr(array_mod, "TRAIN_AFTER_BYTES", 1000 * 48 * 48)
     frames = _frames(1200)
     trained = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=4, codec="zstd3+dict")
     plain = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=4, codec="zstd3")
@@ -356,3 +356,16 @@ def test_dictionary_codec_untrainable_data_falls_back_to_plain_zstd():
     arr.train_codec()  # 32 bytes of samples: zstd cannot train on that
     assert arr.codec.name == "zstd/3"
     assert np.array_equal(np.asarray(arr), np.arange(32, dtype=np.uint8).reshape(16, 2))
+
+
+def test_dictionary_kept_only_when_it_beats_plain_zstd_on_held_out_chunks(monkeypatch):
+    """Noise gains nothing from a dictionary: the array settles on plain zstd, data intact."""
+    import chunkstore.array as array_mod
+
+    monkeypatch.setattr(array_mod, "TRAIN_AFTER_BYTES", 2 << 20)
+    rng = np.random.default_rng(3)
+    noise = rng.integers(0, 256, size=(1200, 48, 48), dtype=np.uint8)
+    arr = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=8, codec="zstd3+dict")
+    arr[:] = noise
+    assert arr.codec.name == "zstd/3"
+    assert_same_bits(np.asarray(arr), noise)

@@ -164,14 +164,15 @@ def atari_filled(codec, train=False, T=300):
     """Real Breakout stacks: enough frames (> 1 MiB) for zstd to train a dictionary."""
     tr = list(collect_atari("Breakout", 500, max_episode_steps=320).steps())
     space = spaces.Box(0, 255, tr[0][0].shape[1:], np.uint8)
+    if train:  # a codec object whose dictionary is trained on these frames (3.5 MB of them)
+        codec = get_codec(codec).trained([step[0][0, -1] for step in tr])
+        assert codec.dictionary is not None
     ref, ours = make_pair("replay", 400, space, spaces.Discrete(4), chunk_len=16, compression_method=codec)
     for step in tr[:T]:
         ref.add(*step)
         ours.add(*step)
     if train:
-        array = ours._stores[None].array
-        array.train_codec()  # automatic after 8 MiB of frames
-        assert array.codec.dictionary is not None
+        assert ours._stores[None].array.codec is codec
     return ref, ours, tr[T:]
 
 
