@@ -402,14 +402,6 @@ def restored_env(blob):
     return env
 
 
-@pytest.fixture
-def one_torch_thread():
-    before = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(before)
-
-
 @pytest.mark.parametrize("case", list(RESUME))
 def test_train_save_load_continue_equals_straight_through(case, tmp_path, one_torch_thread):
     env_maker, buffer_class, buffer_kwargs = RESUME[case]

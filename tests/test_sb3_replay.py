@@ -363,15 +363,6 @@ def test_model_save_and_load_replay_buffer(tmp_path, one_torch_thread):
 
 
 # -- training with the same seed gives the same parameters ---------------------------------------
-@pytest.fixture
-def one_torch_thread():
-    """Small nets train faster on one thread on a busy 2-core box; both runs use the same setting."""
-    before = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(before)
-
-
 def _train(algo, env_id, buffer_class, steps, **kw):
     model = algo("MlpPolicy", env_id, seed=0, device="cpu", replay_buffer_class=buffer_class, **kw)
     model.learn(steps)
