@@ -337,10 +337,11 @@ class ChunkedArray:
         if buf is not None:
             self._open.move_to_end(c)
             return buf
-        buf = np.zeros((self._rows(c), *self.item_shape), dtype=self.dtype)
-        if self._seg[c] >= 0:
-            self._decode_into(c, buf)
+        if self._seg[c] >= 0:  # decode fills every row: no zero fill first
+            buf = self._decoded_copy(c)
             self._drop_sealed(c)
+        else:
+            buf = np.zeros((self._rows(c), *self.item_shape), dtype=self.dtype)
         self._open[c] = buf
         while len(self._open) > self.max_open:
             self._seal(next(iter(self._open)))

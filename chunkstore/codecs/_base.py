@@ -12,7 +12,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["Codec"]
+from chunkstore.codecs._util import check_level
+
+__all__ = ["Codec", "LevelledCodec"]
 
 
 class Codec(ABC):
@@ -59,3 +61,28 @@ class Codec(ABC):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({args})"
+
+
+class LevelledCodec(Codec):
+    """A codec with one integer ``level`` in ``LEVELS``: name ``<codec_id>/<level>``.
+
+    Subclasses set ``LEVELS`` and ``DEFAULT_LEVEL``; the bounds check, the name
+    and the config all derive from them.
+    """
+
+    LEVELS: ClassVar[range]
+    DEFAULT_LEVEL: ClassVar[int]
+    #: the family name used in names and error messages (a subclass may share it)
+    family: ClassVar[str] = ""
+
+    def __init__(self, *, level: int | None = None):
+        level = self.DEFAULT_LEVEL if level is None else level
+        family = self.family or self.codec_id
+        self.level = check_level(family, level, self.LEVELS.start, self.LEVELS.stop - 1)
+
+    @property
+    def name(self) -> str:
+        return f"{self.family or self.codec_id}/{self.level}"
+
+    def get_config(self) -> dict[str, Any]:
+        return {"level": self.level}

@@ -7,13 +7,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chunkstore.codecs._base import Codec
-from chunkstore.codecs._util import DecodeError, as_bytes, buffer_view, check_level, deliver
+from chunkstore.codecs._base import LevelledCodec
+from chunkstore.codecs._util import DecodeError, as_bytes, buffer_view, deliver
 
 __all__ = ["GzipCodec"]
 
 
-class GzipCodec(Codec):
+class GzipCodec(LevelledCodec):
     """DEFLATE in a zlib container (levels 0..9, default 6 as in zlib).
 
     The zlib container (not the gzip one) is what HDF5's deflate filter stores,
@@ -38,11 +38,7 @@ class GzipCodec(Codec):
     def __init__(self, *, level: int = DEFAULT_LEVEL):
         if isinstance(level, int) and level == -1:
             level = self.DEFAULT_LEVEL
-        self.level = check_level(self.codec_id, level, 0, 9)
-
-    @property
-    def name(self) -> str:
-        return f"gzip/{self.level}"
+        super().__init__(level=level)
 
     def get_config(self) -> dict[str, Any]:
         return {"level": self.level}

@@ -6,8 +6,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chunkstore.codecs._base import Codec
-from chunkstore.codecs._util import DecodeError, as_bytes, buffer_view, check_level, deliver
+from chunkstore.codecs._base import LevelledCodec
+from chunkstore.codecs._util import DecodeError, as_bytes, buffer_view, deliver
 from chunkstore.errors import MissingBackendError
 
 __all__ = ["IGzipCodec"]
@@ -23,7 +23,7 @@ def _isal_zlib() -> Any:
     return isal_zlib
 
 
-class IGzipCodec(Codec):
+class IGzipCodec(LevelledCodec):
     """ISA-L DEFLATE in a zlib container (levels 0..3, default 2 as in ISA-L).
 
     The output is ordinary zlib data: :class:`GzipCodec` and HDF5's deflate
@@ -45,15 +45,8 @@ class IGzipCodec(Codec):
     DEFAULT_LEVEL: ClassVar[int] = 2
 
     def __init__(self, *, level: int = DEFAULT_LEVEL):
-        self.level = check_level(self.codec_id, level, 0, 3)
+        super().__init__(level=level)
         _isal_zlib()  # fail now, not at the first encode
-
-    @property
-    def name(self) -> str:
-        return f"igzip/{self.level}"
-
-    def get_config(self) -> dict[str, Any]:
-        return {"level": self.level}
 
     def encode(self, arr: np.ndarray) -> bytes:
         return _isal_zlib().compress(as_bytes(arr).data, self.level)

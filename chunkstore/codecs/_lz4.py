@@ -8,12 +8,11 @@ import lz4.block
 import lz4.frame
 import numpy as np
 
-from chunkstore.codecs._base import Codec
+from chunkstore.codecs._base import LevelledCodec
 from chunkstore.codecs._util import (
     DecodeError,
     as_bytes,
     buffer_view,
-    check_level,
     deliver,
     out_bytes,
     size_error,
@@ -25,7 +24,7 @@ __all__ = ["LZ4BlockCodec", "LZ4FrameCodec"]
 _MAX_ACCELERATION = 65537
 
 
-class LZ4FrameCodec(Codec):
+class LZ4FrameCodec(LevelledCodec):
     """LZ4 frame format (levels -65537..16, default 0).
 
     As in ``lz4.frame``: 0..2 is the fast compressor, 3..16 high compression,
@@ -45,15 +44,6 @@ class LZ4FrameCodec(Codec):
     LEVELS: ClassVar[range] = range(-_MAX_ACCELERATION, 17)
     DEFAULT_LEVEL: ClassVar[int] = 0
 
-    def __init__(self, *, level: int = DEFAULT_LEVEL):
-        self.level = check_level(self.codec_id, level, -_MAX_ACCELERATION, 16)
-
-    @property
-    def name(self) -> str:
-        return f"lz4-frame/{self.level}"
-
-    def get_config(self) -> dict[str, Any]:
-        return {"level": self.level}
 
     def encode(self, arr: np.ndarray) -> bytes:
         return lz4.frame.compress(as_bytes(arr).data, compression_level=self.level, store_size=True)
@@ -66,7 +56,7 @@ class LZ4FrameCodec(Codec):
         return deliver(self.name, raw, out)
 
 
-class LZ4BlockCodec(Codec):
+class LZ4BlockCodec(LevelledCodec):
     """One LZ4 block, prefixed with its uncompressed size (4 bytes, little-endian).
 
     ``level`` picks the mode as sb3-extra-buffers does: 1..12 high compression
@@ -88,20 +78,13 @@ class LZ4BlockCodec(Codec):
     DEFAULT_LEVEL: ClassVar[int] = 0
 
     def __init__(self, *, level: int = DEFAULT_LEVEL):
-        self.level = check_level(self.codec_id, level, -_MAX_ACCELERATION, 12)
+        super().__init__(level=level)
         if self.level > 0:
             self._kwargs: dict[str, Any] = {"mode": "high_compression", "compression": self.level}
         elif self.level < 0:
             self._kwargs = {"mode": "fast", "acceleration": -self.level}
         else:
             self._kwargs = {"mode": "default"}
-
-    @property
-    def name(self) -> str:
-        return f"lz4-block/{self.level}"
-
-    def get_config(self) -> dict[str, Any]:
-        return {"level": self.level}
 
     def encode(self, arr: np.ndarray) -> bytes:
         return lz4.block.compress(as_bytes(arr).data, store_size=True, **self._kwargs)

@@ -11,12 +11,11 @@ from typing import Any, ClassVar
 import numpy as np
 import zstandard
 
-from chunkstore.codecs._base import Codec
+from chunkstore.codecs._base import Codec, LevelledCodec
 from chunkstore.codecs._util import (
     DecodeError,
     as_bytes,
     buffer_view,
-    check_level,
     deliver,
     out_bytes,
     size_error,
@@ -80,7 +79,7 @@ class _Dict:
             return d
 
 
-class ZstdCodec(Codec):
+class ZstdCodec(LevelledCodec):
     """Zstandard, one standard frame per chunk, content size in the header.
 
     Levels -100..-1 (fast) and 1..22; 0 means zstd's default and is stored as 3.
@@ -105,16 +104,11 @@ class ZstdCodec(Codec):
 
     _zdict: _Dict | None = None
 
+    family = "zstd"
+
     def __init__(self, *, level: int = DEFAULT_LEVEL):
-        level = check_level("zstd", level, -100, 22)
-        self.level = level or self.DEFAULT_LEVEL
-
-    @property
-    def name(self) -> str:
-        return f"zstd/{self.level}"
-
-    def get_config(self) -> dict[str, Any]:
-        return {"level": self.level}
+        super().__init__(level=level)
+        self.level = self.level or self.DEFAULT_LEVEL  # 0 is zstd's "default"
 
     def encode(self, arr: np.ndarray) -> bytes:
         return _compressor(self.level, self._zdict).compress(as_bytes(arr).data)
