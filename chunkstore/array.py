@@ -29,7 +29,7 @@ from chunkstore.codecs import Codec, ZstdCodec, get_codec
 from chunkstore.errors import CorruptChunkError
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ChunkedArray"]
+__all__ = ["DEFAULT_CACHE_BYTES", "ChunkedArray", "lossless_cast"]
 
 DEFAULT_CACHE_BYTES = 32 << 20
 #: chunks kept open (uncompressed) at once before the least recently written is sealed
@@ -45,6 +45,28 @@ TRAIN_MAX_ITEMS = 4096
 _ids = itertools.count()
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+
+
+def lossless_cast(arr: np.ndarray, dtype: Any, name: str, *, round_floats: bool = False) -> np.ndarray:
+    """``arr`` in ``dtype``, refusing any cast that changes a value.
+
+    Safe casts always pass; other casts pass when every value survives the round
+    trip (int64 holding 0..255 into uint8, whole floats into ints).
+    ``round_floats=True`` also lets float -> float casts round (float64 -> float32),
+    as SB3 does when it stores a float space. Otherwise ValueError, naming ``name``.
+    """
+    dtype = np.dtype(dtype)
+    if np.can_cast(arr.dtype, dtype, "safe") or (round_floats and arr.dtype.kind == dtype.kind == "f"):
+        return arr.astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        cast = arr.astype(dtype)
+        back = cast.astype(arr.dtype)
+    if arr.dtype.kind not in "biufc" or not np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc"):
+        raise ValueError(
+            f"{name}: expected dtype {dtype}, got dtype {arr.dtype} with values that do not fit "
+            f"{dtype} without loss; cast them explicitly first"
+        )
+    return cast
 
 
 def _decode_pool() -> ThreadPoolExecutor:
@@ -302,10 +324,7 @@ class ChunkedArray:
         """``value`` as an array of (n, *item_shape) in our dtype, refusing lossy casts."""
         arr = np.asarray(value)
         if arr.dtype != self.dtype:
-            if np.can_cast(arr.dtype, self.dtype, "safe"):
-                arr = arr.astype(self.dtype)
-            else:
-                arr = self._checked_cast(arr)
+            arr = lossless_cast(arr, self.dtype, self.name)
         shape = (n, *self.item_shape)
         if arr.shape != shape:
             if arr.shape == self.item_shape and n == 1:
@@ -319,17 +338,6 @@ class ChunkedArray:
                         f"{n} item(s) of shape {self.item_shape}"
                     ) from None
         return arr
-
-    def _checked_cast(self, arr: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", over="ignore"):
-            cast = arr.astype(self.dtype)
-            back = cast.astype(arr.dtype)
-        if not np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc"):
-            raise ValueError(
-                f"{self.name}: values of dtype {arr.dtype} do not fit dtype {self.dtype} "
-                "without loss; cast them explicitly first"
-            )
-        return cast
 
     def _open_chunk(self, c: int) -> np.ndarray:
         """The writable raw buffer of chunk ``c``, decoding it if it was sealed."""

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore import get_codec
+from chunkstore.array import lossless_cast as chunk_lossless_cast
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -192,26 +193,14 @@ class ObservationView:
 
 # -- add() input policy --------------------------------------------------------------------
 def lossless_cast(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
-    """``arr`` in ``dtype``, refusing casts that change values.
+    """``arr`` in ``dtype``, refusing casts that change values, as the chunk store does.
 
-    Accepted: safe casts (bool -> uint8, uint8 -> float32, ...); float -> float
-    casts (float64 -> float32: SB3 stores the space's float dtype, rounding the
-    same way, so samples stay bit-identical to SB3's); any other cast whose
-    values survive the round trip (int64 arrays holding 0..255 into uint8,
-    float arrays of whole numbers into ints). Anything else raises ValueError
-    (SB3 would silently wrap or truncate).
+    One difference: float -> float casts round (float64 -> float32), because SB3
+    stores the space's float dtype rounding the same way, so samples stay
+    bit-identical to SB3's. Anything lossy otherwise raises ValueError (SB3 would
+    silently wrap or truncate).
     """
-    if np.can_cast(arr.dtype, dtype, "safe") or (arr.dtype.kind == "f" and dtype.kind == "f"):
-        return arr.astype(dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        cast = arr.astype(dtype)
-        back = cast.astype(arr.dtype)
-    if arr.dtype.kind not in "biufc" or not np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc"):
-        raise ValueError(
-            f"{name}: expected dtype {dtype}, got dtype {arr.dtype} with values that do not fit "
-            f"{dtype} exactly; cast them explicitly (the buffer stores observations losslessly)"
-        )
-    return cast
+    return chunk_lossless_cast(arr, dtype, name, round_floats=True)
 
 
 def coerce_obs(x: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, *, reshape: bool = False) -> np.ndarray:
