@@ -295,7 +295,10 @@ def test_cache_budget_is_respected():
     assert cache.nbytes <= cache.max_bytes and len(cache) == 3
 
 
-def test_parallel_decode_matches_serial():
+def test_parallel_decode_matches_serial(monkeypatch):
+    import chunkstore.array as array_mod
+
+    monkeypatch.setattr(array_mod, "_PARALLEL_MIN_CHUNK_BYTES", 0)  # these chunks are small
     rng = np.random.default_rng(1)
     data = random_items(rng, 4096, (16, 16), np.uint8)
     serial = ChunkedArray(4096, (16, 16), np.uint8, chunk_len=16, cache=0, threads=1)
