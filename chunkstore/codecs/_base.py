@@ -48,6 +48,26 @@ class Codec(ABC):
         """Constructor arguments; ``from_config(get_config())`` rebuilds the codec."""
         return {}
 
+    def native_spec(self) -> Any:
+        """How the native read path decodes these chunks (a :class:`chunkstore.native.NativeSpec`).
+
+        None (the default) keeps this codec on the Python read path. A codec that
+        returns a spec decodes identically through both paths.
+        """
+        return None
+
+    def _cached_native_spec(self, make: Any) -> Any:
+        # the spec may hold a digested dictionary: build it once per codec object
+        try:
+            return self.__dict__["_native"]
+        except KeyError:
+            spec = self.__dict__["_native"] = make()
+            return spec
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a native spec holds process-local addresses: never pickled
+        return {k: v for k, v in self.__dict__.items() if k != "_native"}
+
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Codec:
         return cls(**config)

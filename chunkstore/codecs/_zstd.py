@@ -142,6 +142,12 @@ class ZstdCodec(LevelledCodec):
             raise DecodeError(f"{self.name}: frame header says {size} bytes, data disagrees")
         return dst if out is None else out
 
+    def native_spec(self) -> Any:
+        from chunkstore import native
+
+        zdict = self._zdict
+        return self._cached_native_spec(lambda: native.zstd_spec(None if zdict is None else zdict.data))
+
     def _decode_unsized(self, src: memoryview, out: np.ndarray | None) -> np.ndarray:
         try:
             raw = _decompressor(self._zdict).decompressobj().decompress(src)

@@ -10,7 +10,9 @@ compaction.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -63,6 +65,29 @@ class Tier(ABC):
     def supports_persistence(self) -> bool:
         """Whether the bytes outlive the process (a disk tier)."""
         return False
+
+    # -- the native read path (chunkstore.native) -------------------------------------
+    @contextlib.contextmanager
+    def host_segments(self) -> Iterator[np.ndarray | None]:
+        """The host address of every segment (int64, indexed by ``ChunkRef.segment``).
+
+        The addresses stay valid, and the chunks they hold unchanged by this
+        tier, until the block ends; a tier whose bytes are not in host memory
+        (a CUDA device) yields None, and reads take the Python path.
+        """
+        yield None
+
+    #: whether :meth:`note_reads` wants per-segment counts of native reads
+    tracks_reads: bool = False
+
+    def note_reads(self, counts: np.ndarray) -> None:  # noqa: B027 - optional hook
+        """The native path read ``counts[s]`` chunks from segment ``s`` (mapped-page budgets)."""
+
+    #: whether :meth:`check_reads` must see the chunks before a native read
+    checks_reads: bool = False
+
+    def check_reads(self, segments: np.ndarray, offsets: np.ndarray, nbytes: np.ndarray) -> None:  # noqa: B027
+        """Validate chunks about to be read natively (a file tier checks their CRC32 once)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (files, mappings, device memory)."""

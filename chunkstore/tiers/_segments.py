@@ -22,8 +22,10 @@ other calls. A view returned by ``get`` stays valid until its chunk is released
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import abstractmethod
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -94,6 +96,10 @@ class SegmentedTier(Tier):
         self._used = 0
         self._nchunks = 0
         self._closed = False
+        # host addresses of the segments for the native read path, rebuilt when
+        # storage moves (a new or reused segment, a spill, a trim)
+        self._addr = np.zeros(0, np.int64)
+        self._addr_stale = True
 
     # -- storage hooks -------------------------------------------------------------
 
@@ -115,6 +121,27 @@ class SegmentedTier(Tier):
 
     def _reuse(self, seg: _Segment) -> None:
         """A free segment becomes the append target again (its old chunks are dead)."""
+
+    def _address(self, seg: _Segment) -> int:
+        """Host address of a segment's bytes (0: not in host memory). Called under the lock."""
+        return 0
+
+    def _storage_moved(self) -> None:
+        """Some segment's storage changed: rebuild the address table on the next native read."""
+        self._addr_stale = True
+
+    @contextlib.contextmanager
+    def host_segments(self) -> Iterator[np.ndarray | None]:
+        # the lock is held for the whole native read: no put, release, spill or
+        # trim can move or recycle a segment under it
+        with self._lock:
+            if self._addr_stale:
+                n = max(self._segments, default=-1) + 1
+                addr = np.zeros(n, np.int64)
+                for sid, seg in self._segments.items():
+                    addr[sid] = self._address(seg)
+                self._addr, self._addr_stale = addr, False
+            yield self._addr
 
     def _recycle(self, seg: _Segment) -> None:
         """``seg`` just lost its last live chunk and went to the free list."""
@@ -178,6 +205,7 @@ class SegmentedTier(Tier):
                 self._reserved -= seg.capacity
         for seg in free:
             self._free_storage(seg)
+        self._storage_moved()
         return sum(seg.capacity for seg in free)
 
     def close(self) -> None:
@@ -193,6 +221,7 @@ class SegmentedTier(Tier):
             self._reserved = self._used = self._nchunks = 0
         for seg in segments:
             self._free_storage(seg)
+        self._storage_moved()
 
     @property
     def closed(self) -> bool:
@@ -265,6 +294,8 @@ class SegmentedTier(Tier):
                 self._reserved += cap
         seg.fill = 0
         self._current = seg
+        with self._lock:
+            self._storage_moved()
         return seg
 
     def _seal(self) -> None:

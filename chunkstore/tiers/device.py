@@ -105,6 +105,14 @@ class DeviceTier(SegmentedTier):
             self._staging.numpy()[:n] = src
             seg.data[offset:offset + n].copy_(self._staging[:n])
 
+    def host_segments(self) -> Any:
+        if self._on_cpu:
+            return super().host_segments()
+        return super(SegmentedTier, self).host_segments()  # device memory: no host addresses
+
+    def _address(self, seg: _Segment) -> int:
+        return 0 if seg.ro is None else int(seg.ro.ctypes.data)
+
     def _view(self, seg: _Segment, offset: int, nbytes: int) -> Any:
         if self._on_cpu:
             return seg.ro[offset:offset + nbytes]

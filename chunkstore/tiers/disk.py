@@ -64,10 +64,17 @@ class SegmentFile:
 
     def view(self, offset: int, nbytes: int) -> np.ndarray:
         """A read-only zero-copy view; the caller serialises calls (tier lock)."""
+        return self._mapped()[offset:offset + nbytes]
+
+    def address(self) -> int:
+        """Host address of the read mapping (for the native read path; tier lock held)."""
+        return int(self._mapped().ctypes.data)
+
+    def _mapped(self) -> np.ndarray:
         if self._array is None:
             self._mmap = mmap.mmap(self.fd, self.capacity, access=mmap.ACCESS_READ)
             self._array = np.frombuffer(self._mmap, dtype=np.uint8)
-        return self._array[offset:offset + nbytes]
+        return self._array
 
     def drop_pages(self) -> None:
         """Make the mapped pages non-resident; existing views stay valid."""
@@ -76,8 +83,8 @@ class SegmentFile:
             return
         if _MADV_DONTNEED is not None:
             mm.madvise(_MADV_DONTNEED)
-        else:  # pragma: no cover - non-Linux fallback: forget the mapping
-            self._array = self._mmap = None
+        # else (no madvise): keep the mapping. Unmapping it would leave the native read
+        # path's cached address dangling; the kernel reclaims clean file pages under pressure.
 
     def close(self, unlink: bool = True) -> None:
         self._array = None
@@ -128,6 +135,23 @@ class PageBudget:
             after = min(before + hi - lo, file.capacity)
             self._touched[file] = after
             self.mapped_nbytes += after - before
+
+    def note_chunks(self, file: SegmentFile, count: int) -> None:
+        """``count`` chunk reads somewhere in ``file`` (the native path knows no offsets)."""
+        with self._lock:
+            before = self._touched.get(file, 0)
+            after = min(before + count * _MAX_FOLIO, file.capacity)
+            self._touched[file] = after
+            self.mapped_nbytes += after - before
+
+    def note_segments(self, segments: dict[int, Any], counts: np.ndarray) -> None:
+        """Native reads: ``counts[s]`` chunks of segment ``s``; file-backed ones are counted."""
+        for sid in np.flatnonzero(counts).tolist():
+            seg = segments.get(sid)
+            file = None if seg is None else seg.data
+            if isinstance(file, SegmentFile):
+                self.note_chunks(file, int(counts[sid]))
+        self.maybe_drop()
 
     def maybe_drop(self) -> None:
         if self.mapped_nbytes > self.max_mapped_bytes:
@@ -209,6 +233,11 @@ class DiskTier(SegmentedTier):
         """Make every page mapped by ``get`` non-resident now; views stay valid."""
         return self._pages.drop()
 
+    tracks_reads = True
+
+    def note_reads(self, counts: np.ndarray) -> None:
+        self._pages.note_segments(self._segments, counts)
+
     def flush(self) -> None:
         """fsync every segment file."""
         with self._lock:
@@ -249,3 +278,6 @@ class DiskTier(SegmentedTier):
     def _view(self, seg: _Segment, offset: int, nbytes: int) -> np.ndarray:
         self._pages.note(seg.data, offset, nbytes)
         return seg.data.view(offset, nbytes)
+
+    def _address(self, seg: _Segment) -> int:
+        return 0 if seg.data is None else seg.data.address()

@@ -22,6 +22,7 @@ import contextlib
 import mmap
 import os
 import zlib
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -91,6 +92,11 @@ class MappedFile:
     @property
     def closed(self) -> bool:
         return self.buf is None
+
+    def address(self) -> int:
+        """Host address of the mapping (0 once closed or for an empty file)."""
+        buf = self.buf
+        return 0 if buf is None or buf.size == 0 else int(buf.ctypes.data)
 
 
 class FileTier(Tier):
@@ -209,6 +215,37 @@ class FileTier(Tier):
             "verified_chunks": int(self._checked.sum()),
             "writable": self.writable.info(),
         }
+
+    # -- the native read path ---------------------------------------------------------
+    @contextlib.contextmanager
+    def host_segments(self) -> Iterator[np.ndarray | None]:
+        with self.writable.host_segments() as new:
+            base = self.file.address()
+            if new is None or base == 0:
+                yield None
+                return
+            yield np.concatenate((np.array([base], np.int64), new))
+
+    @property
+    def tracks_reads(self) -> bool:  # type: ignore[override]
+        return self.writable.tracks_reads
+
+    def note_reads(self, counts: np.ndarray) -> None:
+        self.writable.note_reads(counts[1:])
+
+    @property
+    def checks_reads(self) -> bool:  # type: ignore[override]
+        return self.verify
+
+    def check_reads(self, segments: np.ndarray, offsets: np.ndarray, nbytes: np.ndarray) -> None:
+        """Check the CRC32 of every file chunk in the batch not checked before."""
+        offs = offsets[segments == FILE_SEGMENT]
+        if not offs.size or not self._offsets.size:
+            return
+        k = np.searchsorted(self._offsets, offs).clip(max=len(self._offsets) - 1)
+        for off in np.unique(offs[~self._checked[k]]).tolist():
+            k1 = int(np.searchsorted(self._offsets, off))
+            self._check(off, self.file.view(off, int(self._nbytes[k1])))
 
     # -- checksums ---------------------------------------------------------------------
     def verify_all(self) -> None:

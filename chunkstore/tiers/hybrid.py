@@ -125,6 +125,11 @@ class HybridTier(SegmentedTier):
         """Make every disk page mapped by ``get`` non-resident now; views stay valid."""
         return self._pages.drop()
 
+    tracks_reads = True
+
+    def note_reads(self, counts: np.ndarray) -> None:
+        self._pages.note_segments(self._segments, counts)
+
     def trim(self) -> int:
         """Drop free segments and every spare RAM array and disk file."""
         before = self.nbytes
@@ -185,6 +190,11 @@ class HybridTier(SegmentedTier):
     def _write(self, seg: _Segment, offset: int, src: np.ndarray) -> None:
         seg.data[offset:offset + src.size] = src  # appends always go to RAM
 
+    def _address(self, seg: _Segment) -> int:
+        if seg.ro is not None:
+            return int(seg.ro.ctypes.data)
+        return seg.data.address() if isinstance(seg.data, SegmentFile) else 0
+
     def _view(self, seg: _Segment, offset: int, nbytes: int) -> np.ndarray:
         if seg.ro is not None:
             return seg.ro[offset:offset + nbytes]
@@ -228,6 +238,7 @@ class HybridTier(SegmentedTier):
         arr = seg.data
         with self._lock:  # from here on readers get views of the file
             seg.data, seg.ro = file, None
+            self._storage_moved()
             shared = sys.getrefcount(arr) > _UNSHARED_REFS
         del self._ram[seg.id]
         self.spills += 1

@@ -1,0 +1,195 @@
+"""The numba kernels of the native read path.
+
+One call serves a whole batch: the requested items are grouped by chunk, each
+distinct chunk is decoded once into a per-thread scratch buffer (or read in
+place when it is stored raw or still open), and every requested item is copied
+from there straight to its place in the output. The GIL is released throughout.
+
+Everything is passed as addresses and flat arrays, so the kernels never see a
+Python object: chunk bytes stay where their tier keeps them (a RAM segment, a
+memory-mapped file), and libzstd is called through a function address
+(``_call6``) rather than a ctypes object, which keeps ``cache=True`` possible.
+
+An item is copied as ``nruns`` runs of ``run`` bytes, read contiguously from the
+source and written ``stride`` bytes apart: one run for a contiguous output, one
+run per pixel for a channel-last frame stack. Item ``-1`` is written as zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import carray, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["NPARAMS", "RAW", "ZSTD", "gather_groups", "plan_groups"]
+
+
+# slots of the int64 parameter vector of gather_groups (module constants: numba
+# freezes them into the compiled code)
+CHUNK_LEN, CAPACITY, ITEM_BYTES, NRUNS, RUN, STRIDE, DST, KIND, FN, DDICT, DCTX = range(11)
+NPARAMS = 11
+#: KIND: the chunk bytes are the raw items / a zstd frame
+RAW, ZSTD = 0, 1
+
+
+# status[0] codes (status[1] = chunk, status[2] = what was found)
+OK, WRONG_SIZE, DECODE_ERROR, NO_ADDRESS = 0, 1, 2, 3
+
+
+@intrinsic
+def _call6(typingctx, fn, a, b, c, d, e, f):  # type: ignore[no-untyped-def]
+    """``fn(a, b, c, d, e, f)`` for a C function at address ``fn`` (all int64 / pointers)."""
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64,
+                      types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(i64, [i64] * 6)
+        return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
+
+    return sig, codegen
+
+
+@intrinsic
+def _memcpy(typingctx, dst, src, n):  # type: ignore[no-untyped-def]
+    sig = types.void(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i8p = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(args[0], i8p),
+                           builder.inttoptr(args[1], i8p), args[2], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _memzero(typingctx, dst, n):  # type: ignore[no-untyped-def]
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+        cgutils.memset(builder, ptr, args[1], 0)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _u8ptr(typingctx, addr):  # type: ignore[no-untyped-def]
+    sig = types.CPointer(types.uint8)(types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+
+    return sig, codegen
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _copy_item(dst, src, nruns, run, stride):  # type: ignore[no-untyped-def]
+    if nruns == 1:
+        _memcpy(dst, src, run)
+    elif run >= 32:
+        for r in range(nruns):
+            _memcpy(dst + r * stride, src + r * run, run)
+    else:  # channel-last stacks of narrow frames: a strided byte loop beats a call per run
+        s = carray(_u8ptr(src), nruns * run)
+        d = carray(_u8ptr(dst), (nruns - 1) * stride + run)
+        for r in range(nruns):
+            for b in range(run):
+                d[r * stride + b] = s[r * run + b]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _zero_item(dst, nruns, run, stride):  # type: ignore[no-untyped-def]
+    if nruns == 1:
+        _memzero(dst, run)
+    elif run >= 32:
+        for r in range(nruns):
+            _memzero(dst + r * stride, run)
+    else:
+        d = carray(_u8ptr(dst), (nruns - 1) * stride + run)
+        for r in range(nruns):
+            for b in range(run):
+                d[r * stride + b] = 0
+
+
+@njit(nogil=True, cache=True)
+def plan_groups(ids, chunk_len):  # type: ignore[no-untyped-def]
+    """Order the requests by chunk: ``(order, starts)``, group ``g`` is ``order[starts[g]:starts[g+1]]``.
+
+    Requests for item -1 (zeros) form their own group, first.
+    """
+    n = ids.size
+    keys = np.empty(n, np.int64)
+    for i in range(n):
+        keys[i] = ids[i] // chunk_len if ids[i] >= 0 else -1
+    order = np.argsort(keys)
+    starts = np.empty(n + 1, np.int64)
+    ng = 0
+    for t in range(n):
+        if t == 0 or keys[order[t]] != keys[order[t - 1]]:
+            starts[ng] = t
+            ng += 1
+    starts[ng] = n
+    return order, starts[: ng + 1]
+
+
+@njit(nogil=True, cache=True)
+def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, seg_addr,
+                  open_chunks, open_addr, scratch, status, touched):  # type: ignore[no-untyped-def]
+    """Serve groups ``g0..g1`` of a plan: decode each chunk once, copy its items out.
+
+    ``status`` receives (code, chunk, found) of the first failure; nothing is
+    written outside ``dst`` (whose layout ``dst_off`` and the copy pattern in
+    ``p`` describe) and ``scratch`` (one chunk).
+    """
+    chunk_len, capacity, item = p[CHUNK_LEN], p[CAPACITY], p[ITEM_BYTES]
+    nruns, run, stride, dst = p[NRUNS], p[RUN], p[STRIDE], p[DST]
+    kind, fn, ddict, dctx = p[KIND], p[FN], p[DDICT], p[DCTX]
+    count_touches = touched.size > 0
+    work = scratch.ctypes.data
+    for g in range(g0, g1):
+        s0, s1 = starts[g], starts[g + 1]
+        first = ids[order[s0]]
+        if first < 0:
+            for t in range(s0, s1):
+                _zero_item(dst + dst_off[order[t]], nruns, run, stride)
+            continue
+        c = first // chunk_len
+        base = 0
+        sg = seg[c]
+        if sg >= 0:
+            if sg >= seg_addr.size or seg_addr[sg] == 0:
+                status[0], status[1], status[2] = NO_ADDRESS, c, sg
+                return
+            src = seg_addr[sg] + off[c]
+            n = np.int64(clen[c])
+            if count_touches:
+                touched[sg] += 1
+            want = min(chunk_len, capacity - c * chunk_len) * item
+            if kind == RAW:
+                if n != want:
+                    status[0], status[1], status[2] = WRONG_SIZE, c, n
+                    return
+                base = src
+            else:
+                got = _call6(fn, dctx, work, want, src, n, ddict)
+                if got != want:  # zstd errors are huge size_t values: negative here
+                    status[0], status[1], status[2] = (DECODE_ERROR if got < 0 else WRONG_SIZE), c, got
+                    return
+                base = work
+        else:
+            for k in range(open_chunks.size):
+                if open_chunks[k] == c:
+                    base = open_addr[k]
+                    break
+        for t in range(s0, s1):
+            i = order[t]
+            if base == 0:
+                _zero_item(dst + dst_off[i], nruns, run, stride)
+            else:
+                _copy_item(dst + dst_off[i], base + (ids[i] - c * chunk_len) * item, nruns, run, stride)
+    status[0] = OK
