@@ -38,9 +38,26 @@ from chunkstore.codecs import Codec, ZstdCodec, get_codec
 from chunkstore.errors import CorruptChunkError
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ChunkedArray", "lossless_cast"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_CHUNK_LEN",
+    "DEFAULT_CODEC",
+    "DEFAULT_THREADS",
+    "ChunkedArray",
+    "lossless_cast",
+]
 
-DEFAULT_CACHE_BYTES = 32 << 20
+#: items per chunk and codec, chosen by measurement (see the README, "Measured"): small
+#: chunks with a dictionary trained on the data keep most of the ratio of large ones,
+#: and a random read decodes only a few items
+DEFAULT_CHUNK_LEN = 4
+DEFAULT_CODEC = "zstd3+dict"
+#: the decoded-chunk cache is off by default: uniform reads almost never hit it, and
+#: the native read path (which a cache disables) decodes a small chunk faster than a
+#: Python cache lookup serves one. Give a budget for skewed (prioritized, recent) reads.
+DEFAULT_CACHE_BYTES = 0
+#: threads that share the chunks of one read (1: measured fastest on a busy 2-core box)
+DEFAULT_THREADS = 1
 #: chunks kept open (uncompressed) at once before the least recently written is sealed
 MAX_OPEN_CHUNKS = 4
 #: fewer missing chunks than this are decoded on the calling thread
@@ -130,19 +147,20 @@ class ChunkedArray:
     item_shape, dtype
         Shape and dtype of one item; any numpy dtype is stored bit-exactly.
     chunk_len
-        Items per chunk.
+        Items per chunk (default :data:`DEFAULT_CHUNK_LEN`).
     codec
         A codec name (``"zstd3"``, ``"lz4-block"``, ``"xor+lz4-block"``, ...) or a
-        :class:`~chunkstore.codecs.Codec`.
+        :class:`~chunkstore.codecs.Codec` (default :data:`DEFAULT_CODEC`).
     tier
         Where sealed chunk bytes live; a new :class:`~chunkstore.tiers.MemoryTier`
         by default.
     cache
-        Decoded-chunk cache: ``None`` for a private cache of
-        ``DEFAULT_CACHE_BYTES``, ``0`` for none, an int for a private cache of
-        that many bytes, or a shared :class:`LRUChunkCache`.
+        Decoded-chunk cache: ``None`` for :data:`DEFAULT_CACHE_BYTES` (none), ``0``
+        for none, an int for a private cache of that many bytes, or a shared
+        :class:`LRUChunkCache`. A cache serves reads through Python (the native
+        path cannot consult it): it pays for skewed reads, not uniform ones.
     threads
-        How many threads decode the chunks one read needs (default: CPU count).
+        How many threads share the chunks one read needs (default :data:`DEFAULT_THREADS`).
     name
         A name shown in errors and by tools (``"observations"``).
     max_open
@@ -163,8 +181,8 @@ class ChunkedArray:
         item_shape: tuple[int, ...] | int = (),
         dtype: Any = np.uint8,
         *,
-        chunk_len: int = 64,
-        codec: str | Codec = "zstd3",
+        chunk_len: int = DEFAULT_CHUNK_LEN,
+        codec: str | Codec = DEFAULT_CODEC,
         tier: Tier | None = None,
         cache: LRUChunkCache | int | None = None,
         threads: int | None = None,
@@ -192,7 +210,7 @@ class ChunkedArray:
         )
         if self.cache is not None and self.cache.max_bytes == 0:
             self.cache = None
-        self.threads = max(1, int(threads if threads is not None else os.cpu_count() or 1))
+        self.threads = max(1, int(threads if threads is not None else DEFAULT_THREADS))
         self.name = name or "array"
         if int(max_open) < 1:
             raise ValueError(f"max_open must be >= 1, got {max_open}")
@@ -503,6 +521,44 @@ class ChunkedArray:
         with self._lock:
             for c in list(self._open):
                 self._seal(c)
+
+    def remap(self, capacity: int, src: Any, dst: Any) -> None:
+        """Change the capacity; stored or open chunk ``src[i]`` becomes chunk ``dst[i]``.
+
+        Every other chunk is freed. Nothing is decoded or re-encoded: only the
+        chunk table moves. A ring that outgrows its capacity uses this to grow
+        while keeping its live chunks. Moved chunks must keep their row count.
+        """
+        src = np.asarray(src, np.int64).reshape(-1)
+        dst = np.asarray(dst, np.int64).reshape(-1)
+        capacity = int(capacity)
+        if capacity < 1 or src.shape != dst.shape:
+            raise ValueError(f"remap needs capacity >= 1 and src/dst of equal length, got "
+                             f"{capacity}, {src.shape}, {dst.shape}")
+        n_new = -(-capacity // self.chunk_len)
+        if src.size and (src.min() < 0 or src.max() >= self.nchunks_total or dst.min() < 0
+                         or dst.max() >= n_new or np.unique(dst).size != dst.size):
+            raise IndexError(f"{self.name}: remap chunks out of range or duplicated")
+        rows_new = np.minimum(self.chunk_len, capacity - dst * self.chunk_len)
+        rows_old = np.minimum(self.chunk_len, self.capacity - src * self.chunk_len)
+        if not np.array_equal(rows_new, rows_old):
+            raise ValueError(f"{self.name}: remap would change the row count of a chunk")
+        with self._lock:
+            keep = np.zeros(self.nchunks_total, bool)
+            keep[src] = True
+            for c in np.flatnonzero((self._seg >= 0) & ~keep).tolist():
+                self._drop_sealed(c)
+            tables = []
+            for old in (self._seg, self._off, self._len, self._version):
+                new = np.full(n_new, -1, old.dtype) if old is self._seg else np.zeros(n_new, old.dtype)
+                new[dst] = old[src]
+                tables.append(new)
+            moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
+            opened = OrderedDict((moved[c], b) for c, b in self._open.items() if c in moved)
+            self._seg, self._off, self._len, self._version = tables
+            self._open, self._open_table = opened, None
+            self.capacity = capacity
+            self._uid = next(_ids)  # cached chunks were keyed by the old numbering
 
     def discard(self, start: int, stop: int) -> None:
         """Items in ``[start, stop)`` are dead: free the chunks wholly inside the range.

@@ -14,40 +14,84 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from chunkstore import get_codec
+from chunkstore.array import DEFAULT_CACHE_BYTES as CORE_CACHE_BYTES
+from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from chunkstore.array import lossless_cast as chunk_lossless_cast
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_CHUNK_LEN",
     "DEFAULT_COMPRESSION",
+    "PRESETS",
     "ObservationView",
+    "StoreOptions",
     "coerce_obs",
     "lossless_cast",
     "pack_array",
+    "stack_axis_order",
     "unpack_array",
 ]
 
-#: codec name (sb3-extra-buffers grammar: note that "zstd-3" means zstd level -3 there).
-#: zstd with a dictionary trained on the buffer's first ~1,200 frames: measured in one run
-#: (100k real transitions, sample(256) against SB3 ReplayBuffer in the same process)
-#:   MsPacman  zstd3 L16: 218 B/transition, 0.86x SB3 | zstd3+dict L16: 166 B, 0.74x
-#:             zstd3 L64: 150 B, 1.40x                | zstd3+dict L8:  193 B, 0.69x
-#:   Pong      zstd3 L16:  78 B, 0.82x | zstd3+dict L16: 79 B, 0.79x | zstd3 L64: 61 B, 1.33x
-#: The dictionary gives short chunks the ratio of long ones, and short chunks are what
-#: uniform sampling needs: every sampled transition decodes one whole chunk.
-DEFAULT_COMPRESSION = "zstd3+dict"
-#: frames per chunk (see above)
-DEFAULT_CHUNK_LEN = 16
-#: budget of the decoded-chunk cache shared by all arrays of a buffer. Off by default:
-#: uniform sampling from a large buffer almost never hits, and a cached miss costs a fresh
-#: chunk buffer (page faults) where an uncached one decodes into a reused scratch buffer
-#: (measured on MsPacman, 30k transitions: sample(256) 52 ms with 64 MiB, 32 ms without)
-DEFAULT_CACHE_BYTES = 0
+#: the store defaults, shared with the core (chosen by measurement; see the README):
+#: codec name in sb3-extra-buffers' grammar (note that "zstd-3" means zstd level -3
+#: there) -- zstd with a dictionary trained on the buffer's first frames -- and frames
+#: per chunk. Small chunks keep a random read cheap; the dictionary keeps them small.
+DEFAULT_COMPRESSION = DEFAULT_CODEC
+#: budget of the decoded-chunk cache shared by a buffer's arrays: off (see chunkstore.array)
+DEFAULT_CACHE_BYTES = CORE_CACHE_BYTES
+
+#: named store settings for a buffer's ``preset=`` argument. "fast" is the default;
+#: "compact" trades sampling speed for memory (longer chunks compress better but a
+#: random read decodes more); measured figures are in the README.
+PRESETS: dict[str, dict[str, Any]] = {
+    "fast": {"chunk_len": DEFAULT_CHUNK_LEN, "compression_method": DEFAULT_COMPRESSION},
+    "compact": {"chunk_len": 32, "compression_method": "zstd3+dict"},
+}
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How a buffer stores its observations, validated when the buffer is built.
+
+    Built by :meth:`resolve` from a buffer's keyword arguments: an explicit
+    ``compression_method``/``chunk_len`` wins over the ``preset``'s.
+    """
+
+    compression_method: Any  # a codec name or a Codec
+    chunk_len: int
+    cache_bytes: int
+    tier: Any  # a Tier, a zero-argument factory returning one, or None (RAM)
+    threads: int | None
+
+    @classmethod
+    def resolve(cls, *, preset: str | None, compression_method: Any, chunk_len: Any, cache_bytes: Any,
+                tier: Any, threads: Any) -> StoreOptions:
+        from chunkstore import Tier
+
+        base = PRESETS.get(preset or "fast")
+        if base is None:
+            raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+        method = base["compression_method"] if compression_method is None else compression_method
+        get_codec(method)  # a bad name fails here, listing the valid forms
+        length = base["chunk_len"] if chunk_len is None else chunk_len
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+            raise ValueError(f"chunk_len must be an integer >= 1, got {chunk_len!r}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be an integer >= 0, got {cache_bytes!r}")
+        if tier is not None and not isinstance(tier, Tier) and not callable(tier):
+            raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, "
+                            f"DeviceTier), a zero-argument factory returning one, or None; got {tier!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                    or threads < 1):
+            raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
+        return cls(method, int(length), int(cache_bytes), tier, None if threads is None else int(threads))
+
 
 Reader = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -81,12 +125,13 @@ class ObservationView:
     """Read-only ndarray-like view of ``(buffer_size, n_envs, *obs_shape)`` observations.
 
     Supports ``shape``, ``dtype``, ``ndim``, ``len``, numpy indexing (ints,
-    slices, integer and boolean arrays, tuples, ``...``), ``np.asarray``,
-    ``np.allclose``, and iteration over the first axis. Every read returns a new
-    array. Indexing the first two axes is served directly by ``reader(rows,
-    envs)`` (flat, in-range int64 arrays; it returns ``(len(rows), *obs_shape)``);
-    exotic indices (``None``, advanced indices past axis 1) materialise the
-    whole array first.
+    slices, integer and boolean arrays, tuples, ``...``), ``np.asarray``, ufuncs
+    (``view == x``), ``np.allclose``, iteration over the first axis, and the
+    ``swapaxes``/``reshape`` of the leading (row, env) axes that SB3's
+    ``swap_and_flatten`` makes. Every read returns a new array, fetched by
+    ``reader(rows, envs)`` (flat, in-range int64 arrays; it returns
+    ``(len(rows), *obs_shape)``). Exotic indices (``None``, advanced indices past
+    the leading axes) materialise the whole array first.
 
     Examples
     --------
@@ -94,17 +139,23 @@ class ObservationView:
     >>> view = ObservationView(lambda r, e: data[r, e], data.shape, data.dtype)
     >>> view[np.array([0, 2]), np.array([1, 0]), :].tolist()
     [[4, 5, 6, 7], [16, 17, 18, 19]]
-    >>> bool(np.array_equal(view, data))
+    >>> flat = view.swapaxes(0, 1).reshape(6, 4)  # env-major, as SB3's rollout get() flattens
+    >>> flat[1].tolist() == data[1, 0].tolist()
     True
     """
 
-    def __init__(self, reader: Reader, shape: tuple[int, ...], dtype: Any, name: str = "observations") -> None:
+    def __init__(self, reader: Reader, shape: tuple[int, ...], dtype: Any, name: str = "observations",
+                 *, lead: np.ndarray | None = None) -> None:
         if len(shape) < 2:
             raise ValueError(f"shape must start with (buffer_size, n_envs), got {shape}")
         self._reader = reader
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.name = name
+        # None: the leading axes are (rows, envs); else (*leading shape, 2) int64 (row, env) pairs
+        self._lead = lead
+        self._nlead = 2 if lead is None else lead.ndim - 1
+        self._item_shape = self.shape[self._nlead:]
 
     @property
     def ndim(self) -> int:
@@ -129,10 +180,8 @@ class ObservationView:
     def __repr__(self) -> str:
         return f"ObservationView(name={self.name!r}, shape={self.shape}, dtype={self.dtype})"
 
-    def __getitem__(self, key: Any) -> np.ndarray:
+    def _expand(self, key: Any) -> tuple[Any, ...]:
         key = key if isinstance(key, tuple) else (key,)
-        if any(k is None for k in key):
-            return np.asarray(self)[key]
         n_ell = sum(1 for k in key if k is Ellipsis)
         if n_ell > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
@@ -142,6 +191,14 @@ class ObservationView:
             key = key[:at] + (slice(None),) * fill + key[at + 1 :]
         if len(key) > self.ndim:
             raise IndexError(f"too many indices for array: array is {self.ndim}-dimensional, but {len(key)} were indexed")
+        return key
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if any(k is None for k in (key if isinstance(key, tuple) else (key,))):
+            return np.asarray(self)[key]
+        key = self._expand(key)
+        if self._lead is not None:
+            return self._getitem_mapped(key)
         key = key + (slice(None),) * (2 - len(key)) if len(key) < 2 else key
         first = np.asarray(key[0]) if not _is_basic(key[0]) else None
         if first is not None and first.dtype == bool and first.ndim == 2:
@@ -161,11 +218,23 @@ class ObservationView:
                 envs = envs.reshape((1,) * (rows.ndim - envs.ndim) + envs.shape)
                 rows, envs = np.broadcast_arrays(rows, envs)
             idx_shape = rows.shape
+        return self._read(key, rows, envs, idx_shape, rest)
+
+    def _getitem_mapped(self, key: tuple[Any, ...]) -> np.ndarray:
+        assert self._lead is not None
+        lead_key, rest = key[: self._nlead], key[self._nlead :]
+        if not all(_is_basic(k) for k in rest):
+            return np.asarray(self)[key]
+        pairs = self._lead[lead_key]
+        return self._read(key, pairs[..., 0], pairs[..., 1], pairs.shape[:-1], rest)
+
+    def _read(self, key: tuple[Any, ...], rows: np.ndarray, envs: np.ndarray, idx_shape: tuple[int, ...],
+              rest: tuple[Any, ...]) -> np.ndarray:
         if not all(_is_basic(k) for k in rest):
             return np.asarray(self)[key]
         data = self._reader(np.ascontiguousarray(rows).reshape(-1), np.ascontiguousarray(envs).reshape(-1))
-        if data.shape != idx_shape + self.shape[2:]:  # keep the reader's array itself when it fits
-            data = data.reshape(idx_shape + self.shape[2:])
+        if data.shape != idx_shape + self._item_shape:  # keep the reader's array itself when it fits
+            data = data.reshape(idx_shape + self._item_shape)
         if any(not (isinstance(k, slice) and k == slice(None)) for k in rest):
             data = data[(slice(None),) * len(idx_shape) + tuple(rest)]
         return data
@@ -173,12 +242,24 @@ class ObservationView:
     def __setitem__(self, key: Any, value: Any) -> None:
         raise TypeError(f"{self.name} of a compressed buffer is read-only; write through add()")
 
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    def _pairs(self) -> np.ndarray:
+        """(row, env) of every leading position, shape ``(*leading shape, 2)``."""
+        if self._lead is not None:
+            return self._lead
         n0, n1 = self.shape[:2]
-        rows = np.repeat(np.arange(n0, dtype=np.int64), n1)
-        envs = np.tile(np.arange(n1, dtype=np.int64), n0)
-        out = self._reader(rows, envs).reshape(self.shape)
+        pairs = np.empty((n0, n1, 2), np.int64)
+        pairs[..., 0] = np.arange(n0)[:, None]
+        pairs[..., 1] = np.arange(n1)[None, :]
+        return pairs
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        pairs = self._pairs().reshape(-1, 2)
+        out = self._reader(pairs[:, 0].copy(), pairs[:, 1].copy()).reshape(self.shape)
         return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        inputs = tuple(np.asarray(x) if isinstance(x, ObservationView) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(self.shape[0]):
@@ -189,6 +270,41 @@ class ObservationView:
 
     def astype(self, dtype: Any, copy: bool = True) -> np.ndarray:
         return np.asarray(self).astype(dtype)
+
+    def swapaxes(self, a: int, b: int) -> ObservationView:
+        """Swap two leading axes (what SB3's ``swap_and_flatten`` calls); no data is read."""
+        a, b = (x % self.ndim for x in (a, b))
+        if a >= self._nlead or b >= self._nlead:
+            raise ValueError(f"only the leading (row, env) axes of {self.name} can be swapped")
+        lead = self._pairs().swapaxes(a, b)
+        shape = list(self.shape)
+        shape[a], shape[b] = shape[b], shape[a]
+        return ObservationView(self._reader, tuple(shape), self.dtype, self.name, lead=lead)
+
+    def reshape(self, *shape: Any) -> ObservationView:
+        """Reshape the leading axes; the observation shape must stay as it is."""
+        shape = tuple(shape[0]) if len(shape) == 1 and not np.isscalar(shape[0]) else shape
+        item = self._item_shape
+        count = math.prod(self.shape[: self._nlead])
+        if -1 in shape:
+            known = math.prod(d for d in shape if d != -1)
+            shape = tuple(self.size // known if d == -1 else d for d in shape)
+        if len(shape) < len(item) or tuple(shape[len(shape) - len(item):]) != item or \
+                math.prod(shape[: len(shape) - len(item)]) != count or len(shape) == len(item):
+            raise ValueError(f"cannot reshape {self.name} of shape {self.shape} into {shape}: only "
+                             f"the leading axes can change (observations are {item})")
+        lead = np.ascontiguousarray(self._pairs()).reshape(*shape[: len(shape) - len(item)], 2)
+        return ObservationView(self._reader, tuple(int(d) for d in shape), self.dtype, self.name, lead=lead)
+
+
+def stack_axis_order(space: Any) -> tuple[int, ...]:
+    """Axes to try for frame stacking, best first: where SB3's ``VecFrameStack`` stacks."""
+    from stable_baselines3.common.preprocessing import is_image_space
+
+    shape = space.shape or ()
+    if is_image_space(space) and len(shape) == 3 and int(np.argmin(shape)) == 0:
+        return (0, -1)  # channel-first image
+    return (-1, 0)  # channel-last image, or not an image: VecFrameStack stacks on the last axis
 
 
 # -- add() input policy --------------------------------------------------------------------

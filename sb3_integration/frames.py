@@ -1,72 +1,92 @@
-"""Frame dedup: each distinct frame of a frame-stacked observation is stored once.
+"""The frame engine: each distinct frame of a frame-stacked observation is stored once.
 
-A :class:`FrameStore` holds the observations of one key of an SB3 buffer (shape
-``(n_rows, n_envs, *obs_shape)``; ``n_rows`` is SB3's ``buffer_size``). Per env,
-it appends frames to a *stream* kept in a :class:`~chunkstore.ChunkedArray`
-used as a ring: global frame number ``g`` of env ``e`` lives at local slot
-``g % F``. A stored observation ("stack") is described by two small numbers,
+Every compressed buffer (replay, dict replay, n-step, HER, rollout, dict rollout)
+keeps each observation key in a :class:`FrameStore`: observations of shape
+``(n_rows, n_envs, *obs_shape)``, where ``n_rows`` is SB3's ``buffer_size``.
 
-* ``slot`` (uint32): the local slot of its newest frame, and
+Streams. Per env, frames are appended to a *stream* and numbered by a global
+frame number ``g`` (0, 1, 2, ... since the last :meth:`FrameStore.clear`). A stored
+observation ("stack") is two small numbers:
+
+* ``slot`` (uint32): ``g mod 2**32`` of its newest frame, and
 * ``pad`` (uint8): how many leading frames are all-zero and not stored,
 
-because the frames of a stack are consecutive in the stream: frame ``j`` of
-the stack (``pad <= j < depth``) is at slot ``(slot - (depth - 1) + j) % F``.
-Several kinds of stack (``which``: 0 = observation, 1 = next observation) can
-be kept per row; a buffer picks what it needs.
+because the frames of a stack are consecutive in the stream: frame ``j`` of the
+stack (``pad <= j < depth``) is frame ``g - (depth - 1) + j``. Several kinds of
+stack (``which``: :data:`OBS`, :data:`NEXT`) can be kept per row.
 
 Writing a stack ``x`` for env ``e`` compares it with the last stack stored for
-that env (a kept copy) and, checking equality every time, never assuming:
+that env (a kept copy), bit for bit (floats by their bit patterns, so ``-0.0``
+and NaN payloads survive), and never assumes:
 
 1. ``x`` equals the last stack: reuse its descriptor (``obs[t] == next_obs[t-1]``);
-2. ``x``'s first ``depth - 1`` frames equal the last stack's last ``depth - 1``
-   frames: append only ``x``'s newest frame (``next_obs[t]`` after ``obs[t]``);
+2. ``x``'s first ``depth - 1`` frames equal the last stack's last ``depth - 1``:
+   append only ``x``'s newest frame (``next_obs[t]`` after ``obs[t]``);
 3. otherwise store ``x``'s frames fresh, leaving out leading all-zero frames
    (``VecFrameStack``'s padding after a reset).
 
-Layout detection. The stack axis, frame width and depth are found from data:
-the candidates are axis 0 and the last axis (the image channel axis first, as
-SB3's ``VecFrameStack`` picks it), with every width ``w`` that divides the axis;
-the first candidate for which two consecutive stacks satisfy ``x[:-w] ==
-prev[w:]`` along that axis, on a pair whose frames are not all identical, wins.
-Until then (at most ``DETECT_MAX_PUTS`` puts, or until the first read) the
-stacks wait as plain copies; if nothing stacks, each whole observation is one
-"frame" (depth 1) and rule 1 still stores ``next_obs[t] == obs[t+1]`` once.
-Detection only decides how well data compresses, never what is read back.
+Layout detection. The stack axis, frame width and depth are found from data: the
+candidates are the buffer's preferred axes (where SB3's ``VecFrameStack`` stacks)
+with every width ``w`` that divides the axis; the first candidate under which two
+consecutive stacks satisfy ``x[:-w] == prev[w:]``, on a pair whose frames are not
+all identical, wins. Until then (at most :data:`DETECT_MAX_PUTS` puts, or the
+first read) stacks wait as plain copies; if nothing stacks, each whole
+observation is one frame (depth 1) and rule 1 still stores ``obs[t+1] ==
+next_obs[t]`` once. Detection decides how well data compresses, never what is
+read back.
 
-Ring size and release. A row can append at most ``stacks_per_row * depth``
-frames, and a live row references at most ``depth`` frames behind the stream
-head at the time it was written, so a ring of
-``F = (n_rows + 1) * stacks_per_row * depth + 2 * chunk_len`` (rounded up to a
-whole chunk) can never overwrite a frame a live row uses. Unwritten chunks cost
-only their entry in the chunk table (20 bytes a chunk). When the owner
-overwrites its oldest row it calls :meth:`FrameStore.release_before`; whole
-chunks of frames older than the oldest live row are then discarded from the
-tier, so memory stays proportional to the live data.
+The ring. All envs share one :class:`~chunkstore.ChunkedArray` of frames, in
+regions of ``F`` frames (a whole number of chunks); frame ``g`` of env ``e`` is
+item ``e * F + g % F``. ``F`` starts at about one frame per row, which is what
+Atari stacks need, and doubles (up to the worst case, ``depth`` frames per
+stack) when a stream would overwrite a frame that a live row still uses:
+growing only moves chunk-table entries (:meth:`ChunkedArray.remap`), nothing is
+decoded. Because descriptors hold global frame numbers, they do not change.
+When the owner overwrites its oldest row it calls :meth:`FrameStore.release_before`,
+and whole chunks of frames no live row uses are freed.
 
-All envs share one ChunkedArray, in disjoint regions of ``F`` slots, with one
-open chunk per env: one ``take`` serves a whole batch, and a learning codec
-(``zstd3+dict``) trains one dictionary for all envs.
+Reading. :meth:`FrameStore.gather` turns descriptors into frame ids (``-1`` for
+padding) and reads every frame of a batch, for every kind of stack, with one
+:meth:`ChunkedArray.take_into` straight into the output stacks (channel-first or
+channel-last): one native call per batch.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from chunkstore import ChunkedArray, LRUChunkCache, Tier
+from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from sb3_integration._common import pack_array, unpack_array
 
-__all__ = ["DETECT_MAX_PUTS", "MAX_DEPTH", "UNWRITTEN", "FrameStore", "StackLayout", "detect_layout"]
+__all__ = [
+    "DETECT_MAX_PUTS",
+    "MAX_DEPTH",
+    "NEXT",
+    "OBS",
+    "UNWRITTEN",
+    "FrameStore",
+    "FrameStoreState",
+    "StackLayout",
+    "detect_layout",
+]
 
+#: kinds of stack a row can hold: the observation and the next observation
+OBS, NEXT = 0, 1
 #: stacks kept as plain copies while the layout is undetected, at most
 DETECT_MAX_PUTS = 32
 #: deepest stack considered (``pad`` is a uint8)
 MAX_DEPTH = 254
 #: the ``pad`` of a stack never written: more padding than any stack has frames
 UNWRITTEN = 255
+#: frames per row the ring starts with (Atari stacks share all but one frame)
+_START_FRAMES_PER_ROW = 1
+_WRAP = 1 << 32  # slots hold global frame numbers modulo this
 
 
 @dataclass(frozen=True)
@@ -95,7 +115,7 @@ class StackLayout:
         return (*shp[:-1], self.width)
 
     def split(self, x: np.ndarray) -> np.ndarray:
-        """``x`` of shape ``(n, *obs_shape)`` as ``(n, depth, *frame_shape)`` (a view where possible)."""
+        """``x`` of shape ``(n, *obs_shape)`` as ``(n, depth, *frame_shape)`` (a view)."""
         n, shp = x.shape[0], self.obs_shape
         if self.axis is None:
             return x[:, None]
@@ -103,17 +123,13 @@ class StackLayout:
             return x.reshape(n, self.depth, self.width, *shp[1:])
         return np.moveaxis(x.reshape(n, *shp[:-1], self.depth, self.width), -2, 1)
 
-    def split_view(self, out: np.ndarray) -> np.ndarray:
-        """Like :meth:`split`, but guaranteed to be a writable view of ``out``."""
-        v = self.split(out)
-        if not np.shares_memory(v, out):  # pragma: no cover - out is always C-contiguous
-            raise ValueError("output array cannot be viewed as frames")
-        return v
-
     def describe(self) -> str:
         if self.axis is None:
             return "whole observations (no stacking detected)"
         return f"{self.depth} frames of {self.frame_shape} stacked on axis {self.axis}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"axis": self.axis, "width": self.width, "depth": self.depth}
 
 
 def _candidates(obs_shape: tuple[int, ...], axis_order: Sequence[int]) -> list[StackLayout]:
@@ -138,12 +154,9 @@ def _bitwise_comparable(dtype: np.dtype) -> bool:
     return dtype.kind not in "fc" or dtype.itemsize in (1, 2, 4, 8)
 
 
-def _equal_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per leading index, whether ``a[i]`` and ``b[i]`` are bit-identical."""
-    a, b = _bits(a), _bits(b)
-    if a.shape[0] == 1:  # the common case; two copies + memcmp beat array_equal 2x (28 KB stacks)
-        return np.array([a.tobytes() == b.tobytes()])
-    return np.equal(a, b).reshape(a.shape[0], -1).all(axis=1)
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` bit-identical (two copies and a memcmp beat ``array_equal`` 2x on 28 KB)."""
+    return _bits(a).tobytes() == _bits(b).tobytes()
 
 
 def _is_zero(frame: np.ndarray) -> bool:
@@ -170,8 +183,53 @@ def detect_layout(prev: np.ndarray, x: np.ndarray, axis_order: Sequence[int]) ->
     return None
 
 
+@dataclass
+class FrameStoreState:
+    """Everything a :class:`FrameStore` is, as plain values and arrays (for persistence).
+
+    ``frames`` is the ChunkedArray of frames (None until the layout is known);
+    the rest is small: descriptors, per-env streams, the last stack per env, and
+    stacks still waiting for layout detection.
+    """
+
+    obs_shape: tuple[int, ...]
+    dtype: np.dtype
+    n_rows: int
+    n_envs: int
+    stacks_per_row: int
+    dedup: bool
+    layout: StackLayout | None
+    ring_frames: int | None
+    slots: np.ndarray
+    pads: np.ndarray
+    heads: np.ndarray
+    released: np.ndarray
+    last_slot: np.ndarray
+    last_pad: np.ndarray
+    has_last: np.ndarray
+    last: np.ndarray | None
+    used: list[bool]
+    frames: ChunkedArray | None = None
+    pending: list[tuple[int, int, np.ndarray]] = field(default_factory=list)
+
+    def scalars(self) -> dict[str, Any]:
+        """The JSON-able part (everything but the arrays)."""
+        return {
+            "obs_shape": list(self.obs_shape),
+            "dtype": self.dtype.str,
+            "n_rows": self.n_rows,
+            "n_envs": self.n_envs,
+            "stacks_per_row": self.stacks_per_row,
+            "dedup": self.dedup,
+            "layout": None if self.layout is None else self.layout.to_dict(),
+            "ring_frames": self.ring_frames,
+            "used": list(self.used),
+            "pending": len(self.pending),
+        }
+
+
 class FrameStore:
-    """Observations of one key, ``(n_rows, n_envs, *obs_shape)``, with each distinct frame stored once.
+    """Observations of one key, ``(n_rows, n_envs, *obs_shape)``, each distinct frame stored once.
 
     Parameters
     ----------
@@ -180,11 +238,11 @@ class FrameStore:
     n_rows, n_envs
         Rows (SB3's ``buffer_size``) and envs.
     stacks_per_row
-        How many stacks a row can hold (2 for a replay buffer: obs and next obs;
-        1 for a rollout buffer). Sizes the ring.
-    chunk_len, codec, tier, cache
-        Passed to each :class:`~chunkstore.ChunkedArray`. ``tier`` is a Tier
-        (shared) or a zero-argument factory called once per array.
+        How many kinds of stack a row holds (2 for a replay buffer: obs and next
+        obs; 1 for a rollout buffer).
+    chunk_len, codec, tier, cache, threads
+        Passed to the :class:`~chunkstore.ChunkedArray` of frames. ``tier`` is a
+        Tier or a zero-argument factory.
     dedup
         False stores every stack whole and fresh (no sharing), for comparison.
     axis_order
@@ -197,10 +255,10 @@ class FrameStore:
     >>> fs = FrameStore((4, 8, 8), np.uint8, n_rows=10, n_envs=1, chunk_len=16)
     >>> a = np.zeros((1, 4, 8, 8), np.uint8); a[0, 3] = 1
     >>> b = np.roll(a, -1, axis=1); b[0, 3] = 2
-    >>> fs.put(0, 0, a); fs.put(1, 0, b)
+    >>> fs.put(OBS, 0, a); fs.put(OBS, 1, b)
     >>> fs.layout.depth, fs.frames_written
     (4, 2)
-    >>> bool((fs.gather([(1, np.array([0]))], np.array([0]))[0] == b).all())
+    >>> bool((fs.gather([(OBS, np.array([1]))], np.array([0]))[0] == b).all())
     True
     """
 
@@ -212,10 +270,11 @@ class FrameStore:
         n_envs: int = 1,
         *,
         stacks_per_row: int = 2,
-        chunk_len: int = 64,
-        codec: Any = "zstd3",
+        chunk_len: int = DEFAULT_CHUNK_LEN,
+        codec: Any = DEFAULT_CODEC,
         tier: Tier | Any = None,
-        cache: LRUChunkCache | int | None = None,
+        cache: LRUChunkCache | int | None = 0,
+        threads: int | None = None,
         dedup: bool = True,
         axis_order: Sequence[int] = (-1, 0),
         name: str = "observations",
@@ -224,16 +283,23 @@ class FrameStore:
         self.dtype = np.dtype(dtype)
         self.n_rows, self.n_envs = int(n_rows), int(n_envs)
         self.stacks_per_row = int(stacks_per_row)
+        if min(self.n_rows, self.n_envs, self.stacks_per_row) < 1:
+            raise ValueError(f"{name}: n_rows, n_envs and stacks_per_row must be >= 1")
         self.chunk_len = int(chunk_len)
-        self.codec, self.tier, self.cache = codec, tier, cache
+        if self.chunk_len < 1:
+            raise ValueError(f"{name}: chunk_len must be >= 1, got {chunk_len}")
+        self.codec, self.tier, self.cache, self.threads = codec, tier, cache, threads
         self.dedup = bool(dedup) and _bitwise_comparable(self.dtype)
         self.axis_order = tuple(axis_order)
         self.name = name
+        self._lock = threading.RLock()  # put / gather / release are atomic to each other
         # descriptors [which, row, env]; an unwritten stack is all padding, so it reads as zeros
         self.slots = np.zeros((self.stacks_per_row, self.n_rows, self.n_envs), np.uint32)
         self.pads = np.full((self.stacks_per_row, self.n_rows, self.n_envs), UNWRITTEN, np.uint8)
-        self.used = [False] * self.stacks_per_row  # which kinds of stack have been put
+        self.used = [False] * self.stacks_per_row
         self.layout: StackLayout | None = None
+        self.array: ChunkedArray | None = None
+        self.F = 0  # frames per env region of the ring
         self._pending: list[tuple[int, int, np.ndarray]] = []
         self._reset_streams()
         if not self.dedup or not self.obs_shape or not _candidates(self.obs_shape, self.axis_order):
@@ -242,32 +308,41 @@ class FrameStore:
     # -- state ---------------------------------------------------------------------
     def _reset_streams(self) -> None:
         n = self.n_envs
-        self.heads = [0] * n  # global frame number of the next frame, per env
-        self.released = [0] * n  # frames below this (global, chunk-aligned) are discarded
-        self.last_slot = [-1] * n
-        self.last_pad = [0] * n
+        self.heads = np.zeros(n, np.int64)  # global frame number of the next frame, per env
+        self.released = np.zeros(n, np.int64)  # frames below this (chunk-aligned) are freed
+        self.last_slot = np.full(n, -1, np.int64)  # global number of the last stack's newest frame
+        self.last_pad = np.zeros(n, np.int64)
         self.has_last = np.zeros(n, bool)
-        self.last: np.ndarray | None = None  # (n_envs, *obs_shape) copy of the last stack
-        self.frames_written = 0
+        self.last: np.ndarray | None = (
+            None if self.layout is None else np.zeros((n, *self.obs_shape), self.dtype))
+
+    @property
+    def frames_written(self) -> int:
+        """Frames stored since the last clear, all envs."""
+        return int(self.heads.sum())
+
+    @property
+    def max_ring_frames(self) -> int:
+        """The worst case: every stack of every row stored fresh, plus two chunks of slack."""
+        k = 1 if self.layout is None else self.layout.depth
+        return self._round((self.n_rows + 1) * self.stacks_per_row * k + 2 * self.chunk_len)
+
+    def _round(self, frames: int) -> int:
+        L = self.chunk_len
+        return -(-frames // L) * L
 
     def _decide(self, layout: StackLayout) -> None:
-        """Fix the layout, build the ring(s), and store what waited for it."""
+        """Fix the layout, build the ring, and store what waited for it."""
         self.layout = layout
-        k, L = layout.depth, self.chunk_len
-        ring = (self.n_rows + 1) * self.stacks_per_row * k + 2 * L
-        self.F = -(-ring // L) * L
+        start = (self.n_rows + 1) * _START_FRAMES_PER_ROW + layout.depth + 2 * self.chunk_len
+        self.F = min(self._round(start), self.max_ring_frames)
+        tier = self.tier() if callable(self.tier) and not isinstance(self.tier, Tier) else self.tier
         self.array = ChunkedArray(
-            self.F * self.n_envs,
-            layout.frame_shape,
-            self.dtype,
-            chunk_len=L,
-            codec=self.codec,
-            tier=self.tier() if callable(self.tier) and not isinstance(self.tier, Tier) else self.tier,
-            cache=self.cache,
+            self.F * self.n_envs, layout.frame_shape, self.dtype, chunk_len=self.chunk_len,
+            codec=self.codec, tier=tier, cache=self.cache, threads=self.threads,
             name=f"{self.name}.frames",
             max_open=self.n_envs + 1,  # each env writes its own region sequentially
         )
-        self.env_base = np.arange(self.n_envs) * self.F  # where env e's ring starts
         self.last = np.zeros((self.n_envs, *self.obs_shape), self.dtype)
         pending, self._pending = self._pending, []
         final = {(w, r): i for i, (w, r, _) in enumerate(pending)}  # rows overwritten meanwhile are dead
@@ -277,18 +352,20 @@ class FrameStore:
 
     def ensure_layout(self) -> StackLayout:
         """Decide the layout now (whole observations if nothing stacked yet)."""
-        if self.layout is None:
-            self._decide(StackLayout.whole(self.obs_shape))
-        assert self.layout is not None
-        return self.layout
+        with self._lock:
+            if self.layout is None:
+                self._decide(StackLayout.whole(self.obs_shape))
+            assert self.layout is not None
+            return self.layout
 
     # -- writing -------------------------------------------------------------------
     def put(self, which: int, row: int, x: np.ndarray) -> None:
         """Store ``x`` (``(n_envs, *obs_shape)``, our dtype, validated by the caller) at ``[which, row]``."""
-        if self.layout is None:
-            self._put_pending(which, row, x)
-        else:
-            self._put(which, row, x)
+        with self._lock:
+            if self.layout is None:
+                self._put_pending(which, row, x)
+            else:
+                self._put(which, row, x)
 
     def _put_pending(self, which: int, row: int, x: np.ndarray) -> None:
         prev = self._pending[-1][2] if self._pending else None
@@ -304,50 +381,51 @@ class FrameStore:
             self._decide(StackLayout.whole(self.obs_shape))
 
     def _put(self, which: int, row: int, x: np.ndarray) -> None:
-        lay = self.layout
-        assert lay is not None and self.last is not None
+        lay, last = self.layout, self.last
+        assert lay is not None and last is not None
         k = lay.depth
-        slots, pads = self.slots[which, row], self.pads[which, row]
         xs = lay.split(x)
-        same = shift = np.zeros(self.n_envs, bool)
-        if self.dedup and self.has_last.any():
-            same = self.has_last & _equal_rows(x, self.last)
-            cand = self.has_last & ~same
-            if k > 1 and cand.any():
-                ls = lay.split(self.last)
-                if cand.all():
-                    shift = _equal_rows(xs[:, :-1], ls[:, 1:])
-                else:
-                    shift = np.zeros(self.n_envs, bool)
-                    for e in np.flatnonzero(cand):
-                        shift[e] = np.array_equal(_bits(xs[e, :-1]), _bits(ls[e, 1:]))
+        ls = lay.split(last)
         for e in range(self.n_envs):
-            if same[e]:
-                slots[e], pads[e] = self.last_slot[e] % self.F, self.last_pad[e]
-                continue
-            if shift[e]:
-                self._append(e, xs[e, k - 1 :])
-                pad = max(self.last_pad[e] - 1, 0)
-            else:
-                pad = 0
-                while pad < k and _is_zero(xs[e, pad]):
-                    pad += 1
-                self._append(e, xs[e, pad:])
-            self.last_slot[e], self.last_pad[e] = self.heads[e] - 1, pad
-            slots[e], pads[e] = (self.heads[e] - 1) % self.F, pad
-            self.last[e] = x[e]
-            self.has_last[e] = True
+            if self.dedup and self.has_last[e]:
+                if _same(x[e], last[e]):
+                    self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
+                    continue
+                if k > 1 and _same(xs[e, :-1], ls[e, 1:]):
+                    self._append(e, xs[e, k - 1:])
+                    self._remember(which, row, e, x[e], max(int(self.last_pad[e]) - 1, 0))
+                    continue
+            pad = 0
+            while pad < k and _is_zero(xs[e, pad]):
+                pad += 1
+            self._append(e, xs[e, pad:])
+            self._remember(which, row, e, x[e], pad)
         self.used[which] = True
+
+    def _remember(self, which: int, row: int, e: int, x: np.ndarray, pad: int) -> None:
+        newest = int(self.heads[e]) - 1
+        self.last_slot[e], self.last_pad[e] = newest, pad
+        assert self.last is not None
+        self.last[e] = x
+        self.has_last[e] = True
+        self._describe(which, row, e, newest, pad)
+
+    def _describe(self, which: int, row: int, e: int, newest: int, pad: int) -> None:
+        self.slots[which, row, e] = newest % _WRAP
+        self.pads[which, row, e] = pad
 
     def _append(self, e: int, frames: np.ndarray) -> None:
         """Append ``frames`` (``(m, *frame_shape)``) to env ``e``'s stream: one copy into the open chunk."""
         m = len(frames)
         if m == 0:
             return
-        arr, base = self.array, int(self.env_base[e])
-        g = self.heads[e]
-        local = g % self.F
-        first = min(m, self.F - local)  # the run wraps around the ring at most once
+        g = int(self.heads[e])
+        if g + m - int(self.released[e]) > self.F:
+            self._grow(g + m - int(self.released[e]))
+        arr, F = self.array, self.F
+        assert arr is not None
+        base, local = e * F, g % F
+        first = min(m, F - local)  # the run wraps around the ring at most once
         if m == 1:
             arr[base + local] = frames[0]
         else:
@@ -355,33 +433,49 @@ class FrameStore:
             if first < m:
                 arr.write(base, frames[first:])
         self.heads[e] = g + m
-        self.frames_written += m
+
+    def _grow(self, need: int) -> None:
+        """Double the ring (at least to ``need`` frames per env), keeping every live chunk."""
+        arr, L, old = self.array, self.chunk_len, self.F
+        assert arr is not None
+        new = min(max(self._round(need), 2 * old), self.max_ring_frames)
+        if new < need:  # pragma: no cover - the worst-case bound makes this unreachable
+            raise RuntimeError(f"{self.name}: a stream needs {need} live frames, over its bound {new}")
+        src, dst = [], []
+        for e in range(self.n_envs):
+            live = np.arange(int(self.released[e]) // L, -(-int(self.heads[e]) // L), dtype=np.int64)
+            src.append(e * (old // L) + live % (old // L))
+            dst.append(e * (new // L) + live % (new // L))
+        arr.remap(new * self.n_envs, np.concatenate(src), np.concatenate(dst))
+        self.F = new
 
     def release_before(self, row: int) -> None:
-        """``row`` is the oldest live row: discard whole chunks of frames no live row can reference.
+        """``row`` is the oldest live row: free whole chunks of frames no live row can use.
 
         Call it after the ring of rows has wrapped (every row written), before
         overwriting the row that precedes ``row``.
         """
-        if self.layout is None:
-            return
-        k, F, L = self.layout.depth, self.F, self.chunk_len
-        used = [w for w in range(self.stacks_per_row) if self.used[w]]
-        if not used:
-            return
-        for e in range(self.n_envs):
-            head = self.heads[e]
-            low = head - k
-            for w in used:
-                s = int(self.slots[w, row, e])
-                low = min(low, head - 1 - ((head - 1 - s) % F) - (k - 1))
-            aligned = (low // L) * L
-            if aligned > self.released[e]:
-                self._discard(e, self.released[e], aligned)
-                self.released[e] = aligned
+        with self._lock:
+            if self.layout is None or self.array is None:
+                return
+            k, L = self.layout.depth, self.chunk_len
+            used = [w for w in range(self.stacks_per_row) if self.used[w]]
+            for e in range(self.n_envs):
+                head = int(self.heads[e])
+                low = head - k
+                for w in used:
+                    if self.pads[w, row, e] != UNWRITTEN:
+                        newest = head - 1 - ((head - 1 - int(self.slots[w, row, e])) % _WRAP)
+                        low = min(low, newest - (k - 1))
+                aligned = max(low, 0) // L * L
+                if aligned > self.released[e]:
+                    self._free(e, int(self.released[e]), aligned)
+                    self.released[e] = aligned
 
-    def _discard(self, e: int, g0: int, g1: int) -> None:
-        arr, base, F = self.array, int(self.env_base[e]), self.F
+    def _free(self, e: int, g0: int, g1: int) -> None:
+        arr, F = self.array, self.F
+        assert arr is not None
+        base = e * F
         if g1 - g0 >= F:
             arr.discard(base, base + F)
             return
@@ -393,78 +487,71 @@ class FrameStore:
             arr.discard(base, base + b)
 
     def clear(self) -> None:
-        """Everything back to zeros (unwritten); the detected layout is kept."""
-        if self.layout is not None:
-            self.array.clear()
-        self.slots[...] = 0
-        self.pads[...] = UNWRITTEN
-        self.used = [False] * self.stacks_per_row
-        self._pending = []
-        last_layout = self.layout
-        self._reset_streams()
-        if last_layout is not None:
-            self.last = np.zeros((self.n_envs, *self.obs_shape), self.dtype)
+        """Everything back to zeros (unwritten); the detected layout and ring are kept."""
+        with self._lock:
+            if self.array is not None:
+                self.array.clear()
+            self.slots[...] = 0
+            self.pads[...] = UNWRITTEN
+            self.used = [False] * self.stacks_per_row
+            self._pending = []
+            self._reset_streams()
 
     # -- reading -------------------------------------------------------------------
+    def frame_ids(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        """Item ids in the frame array of stacks ``[which, rows, envs]``: ``(n, depth)``, -1 = zeros.
+
+        ``which`` is an int or an int array like ``rows``; all in range.
+        """
+        lay = self.ensure_layout()
+        k, F = lay.depth, self.F
+        slots = self.slots[which, rows, envs]
+        pads = self.pads[which, rows, envs]
+        heads = self.heads[envs]
+        # the newest frame's global number, from its low 32 bits and the stream head
+        newest = heads - ((heads - slots) % _WRAP)
+        ids = newest[:, None] + np.arange(1 - k, 1)
+        ids %= F
+        ids += envs[:, None] * F
+        ids[np.arange(k) < pads[:, None]] = -1
+        return ids
+
     def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[np.ndarray]:
         """Read several index sets in one pass over the chunks.
 
         Each request is ``(which, rows)``: ``which`` an int or an int array like
         ``rows``; ``rows`` and ``envs`` are 1-D, in range, of equal length.
         Returns one ``(len(envs), *obs_shape)`` array per request, in order,
-        each a C-contiguous slice of one output block (one ``take`` per array).
+        each a C-contiguous slice of one output block read with one native call.
         """
-        lay = self.ensure_layout()
-        assert self.last is not None
-        n, m, k = len(envs), len(requests), lay.depth
-        out = np.empty((m * n, *self.obs_shape), self.dtype)
-        if n == 0:
-            return [out[:0] for _ in requests]
-        slots = np.empty((m, n), np.int64)
-        pads = np.empty((m, n), np.int64)
-        for i, (which, rows) in enumerate(requests):
-            slots[i] = self.slots[which, rows, envs]
-            pads[i] = self.pads[which, rows, envs]
-        env_rep = np.broadcast_to(envs, (m, n))
-        ids = slots[..., None] + np.arange(1 - k, 1)  # (m, n, k)
-        if k > 1:
-            ids %= self.F
-        ids += self.env_base[env_rep][..., None]
-        padded = np.arange(k) < pads[..., None]
-        any_pad = bool(padded.any())
-        if any_pad:  # read a frame we read anyway, so padding touches no extra chunk
-            ids = np.where(padded, ids[..., -1:], ids)
-        frames = lay.split_view(out)  # (m*n, k, *frame_shape)
-        self._take(ids.reshape(-1), frames)
-        if any_pad:
-            frames[padded.reshape(m * n, k)] = 0
-        return [out[i * n : (i + 1) * n] for i in range(m)]
-
-    def _take(self, ids: np.ndarray, frames: np.ndarray) -> None:
-        """Frames ``ids`` into ``frames``: straight in when it is contiguous."""
-        if frames.flags.c_contiguous:
-            self.array.take(ids, out=frames)
-        else:  # channel-last stacks: frames interleave in the output, one strided copy
-            frames[...] = self.array.take(ids).reshape(frames.shape)
+        with self._lock:
+            lay = self.ensure_layout()
+            n, m = len(envs), len(requests)
+            out = np.empty((m * n, *self.obs_shape), self.dtype)
+            if n:
+                envs = np.asarray(envs, np.int64)
+                ids = np.concatenate([self.frame_ids(w, r, envs) for w, r in requests])
+                assert self.array is not None
+                self.array.take_into(ids, lay.split(out))
+            return [out[i * n:(i + 1) * n] for i in range(m)]
 
     # -- sizes -----------------------------------------------------------------------
     @property
     def index_nbytes(self) -> int:
-        """Descriptor arrays (a uint32 slot and a uint8 pad per stack) and the kept last stacks."""
+        """Descriptors (a uint32 slot and a uint8 pad per stack) and the kept last stacks."""
         last = self.last.nbytes if self.last is not None else 0
         return self.slots.nbytes + self.pads.nbytes + last
 
     @property
     def nbytes_stored(self) -> int:
-        """Compressed frames, open chunks, chunk tables, descriptors, and stacks awaiting detection."""
+        """Compressed frames, open chunks, chunk table, descriptors, and stacks awaiting detection."""
         total = self.index_nbytes + sum(x.nbytes for _, _, x in self._pending)
-        if self.layout is not None:
+        if self.array is not None:
             total += self.array.cbytes + self.array.table_nbytes
         return total
 
     def info(self) -> dict[str, Any]:
-        lay = self.layout
-        arr = self.array if lay is not None else None
+        lay, arr = self.layout, self.array
         return {
             "name": self.name,
             "obs_shape": self.obs_shape,
@@ -485,9 +572,66 @@ class FrameStore:
             "chunk_len": self.chunk_len,
         }
 
+    # -- state in, state out ---------------------------------------------------------
+    def state(self) -> FrameStoreState:
+        """What this store is (arrays are shared, not copied; the frame array is flushed by savers)."""
+        with self._lock:
+            return FrameStoreState(
+                obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
+                stacks_per_row=self.stacks_per_row, dedup=self.dedup, layout=self.layout,
+                ring_frames=self.F if self.layout is not None else None,
+                slots=self.slots, pads=self.pads, heads=self.heads, released=self.released,
+                last_slot=self.last_slot, last_pad=self.last_pad, has_last=self.has_last,
+                last=self.last, used=list(self.used), frames=self.array, pending=list(self._pending),
+            )
+
+    def load_state(self, state: FrameStoreState) -> None:
+        """Become ``state`` (from :meth:`state`, or read from a file and checked there).
+
+        Raises ValueError when the state does not fit this store's geometry.
+        """
+        want = (self.obs_shape, self.dtype, self.n_rows, self.n_envs, self.stacks_per_row, self.dedup)
+        got = (tuple(state.obs_shape), np.dtype(state.dtype), state.n_rows, state.n_envs,
+               state.stacks_per_row, state.dedup)
+        if got != want:
+            raise ValueError(f"{self.name}: saved as {got}, this store is {want} "
+                             "(obs_shape, dtype, rows, envs, stacks per row, dedup)")
+        n, spr = self.n_envs, self.stacks_per_row
+        _check(state.slots, (spr, self.n_rows, n), np.uint32, "slots")
+        _check(state.pads, (spr, self.n_rows, n), np.uint8, "pads")
+        for name in ("heads", "released", "last_slot", "last_pad"):
+            _check(getattr(state, name), (n,), np.int64, name)
+        _check(state.has_last, (n,), np.bool_, "has_last")
+        if np.any(state.heads < 0) or np.any(state.released < 0) or np.any(state.released > state.heads):
+            raise ValueError(f"{self.name}: stream positions out of range")
+        with self._lock:
+            self.slots, self.pads = state.slots, state.pads
+            self.heads, self.released = state.heads, state.released
+            self.last_slot, self.last_pad, self.has_last = state.last_slot, state.last_pad, state.has_last
+            self.used = [bool(u) for u in state.used]
+            self._pending = list(state.pending)
+            self.layout = state.layout
+            if state.layout is None:
+                self.array, self.last, self.F = None, None, 0
+                return
+            lay = state.layout
+            F = int(state.ring_frames or 0)
+            if F < 1 or F % self.chunk_len or self.max_ring_frames < F:
+                raise ValueError(f"{self.name}: ring of {F} frames does not fit chunk_len "
+                                 f"{self.chunk_len} and {self.n_rows} rows")
+            frames = state.frames
+            want_arr = ((F * n, *lay.frame_shape), self.dtype)
+            if frames is None or (frames.shape, frames.dtype) != want_arr:
+                got_arr = None if frames is None else (frames.shape, frames.dtype)
+                raise ValueError(f"{self.name}: frames are {got_arr}; the layout needs {want_arr}")
+            _check(state.last, (n, *self.obs_shape), self.dtype, "last")
+            frames.max_open = n + 1
+            self.array, self.F, self.last = frames, F, state.last
+
     # -- pickling: compressed chunks and small arrays; caches and threads are rebuilt --
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        del state["_lock"]
         for name in ("slots", "pads"):
             state[name] = pack_array(state[name])
         if callable(state["tier"]) or isinstance(state["tier"], Tier):
@@ -500,9 +644,16 @@ class FrameStore:
         for name in ("slots", "pads"):
             state[name] = unpack_array(state[name])
         self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def share_cache(self, cache: LRUChunkCache | int) -> None:
         """Use one shared decoded-chunk cache (after unpickling); 0 for none."""
         self.cache = cache
-        if self.layout is not None:
+        if self.array is not None:
             self.array.cache = cache if isinstance(cache, LRUChunkCache) else None
+
+
+def _check(a: Any, shape: tuple[int, ...], dtype: Any, name: str) -> None:
+    if not isinstance(a, np.ndarray) or a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
+        got = (getattr(a, "shape", None), getattr(a, "dtype", type(a).__name__))
+        raise ValueError(f"{name}: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, got {got}")

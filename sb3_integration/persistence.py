@@ -2,28 +2,30 @@
 
 ``buffer.save(path)`` and ``CompressedReplayBuffer.load(path, device=...)`` (the
 same on :class:`~sb3_integration.CompressedDictReplayBuffer` and
-:class:`~sb3_integration.CompressedNStepReplayBuffer`) come from
-:class:`ReplayBufferFileMixin`. The file is a :mod:`chunkstore.format` file;
-nothing in it is pickled:
+:class:`~sb3_integration.CompressedNStepReplayBuffer`) live on the buffers. A
+buffer says what it is as a :class:`ReplayState` (its arguments, position, SB3's
+small arrays, and a :class:`~sb3_integration.frames.FrameStoreState` per
+observation key); this module only writes and reads such states. The file is a
+:mod:`chunkstore.format` file; nothing in it is pickled:
 
 ``observations/frames``
     The frame ChunkedArray, chunks copied verbatim (Dict spaces: ``observations/<key>/frames``).
 ``observations/slots``, ``pads``
-    Stack descriptors ``[which, row, env]``.
+    Stack descriptors ``[which, row, env]``: the global number (mod 2**32) of each
+    stack's newest frame, and its count of leading zero frames (layout version 2;
+    version 1 files held ring positions and are converted when loaded).
 ``observations/last``, ``has_last``
     Each env's last stack (what dedup compares the next one with).
 ``observations/heads``, ``released``, ``last_slot``, ``last_pad``
     Each env's frame stream (int64).
 ``observations/pending_which``, ``pending_rows``, ``pending_obs``
     Stacks still waiting for layout detection.
-``observations/codec_config``
-    Only for a buffer built with a Codec object (JSON bytes).
 ``actions``, ``rewards``, ``dones``, ``timeouts``
-    SB3's own arrays, as they are.
+    SB3's own arrays, as they are (and any a subclass adds to its state).
 attrs (JSON)
-    ``buffer_format`` and its version, the class name, SB3's arguments, ``pos``,
-    ``full``, the spaces (``space_to_dict``), codec, chunk_len, cache bytes, and
-    each frame store's scalars (layout, ring size, frames written).
+    ``buffer_format`` and its version, the class name, the constructor arguments
+    (spaces as ``space_to_dict``, codec name, chunk_len, cache bytes), ``pos``,
+    ``full``, and each frame store's scalars (layout, ring size).
 
 With plain zstd chunks (``zstd3``; also the default ``zstd3+dict`` until it has
 trained its dictionary, after 8 MiB of frames) plain ``h5py`` + ``hdf5plugin``
@@ -72,103 +74,76 @@ exploration schedule does: it is computed from the progress of each call).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from chunkstore import ChunkedArray, ChunkstoreError, FormatError, LRUChunkCache, Tier
+from chunkstore import ChunkedArray, ChunkstoreError, FormatError, Tier
 from chunkstore import format as fmt
-from chunkstore.codecs import codec_from_config
-from sb3_integration.frames import FrameStore, StackLayout
-from sb3_integration.spaces import space_from_dict, space_to_dict
+from sb3_integration.frames import FrameStoreState, StackLayout
 
-__all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayBufferFileMixin", "load_buffer", "save_buffer"]
+__all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayState", "read_replay", "write_replay"]
 
 #: the ``buffer_format`` attribute of a saved replay buffer
 BUFFER_FORMAT = "sb3_integration.replay_buffer"
-#: version of the layout above (the chunkstore file format has its own)
-BUFFER_FORMAT_VERSION = 1
-#: SB3's small arrays, saved as they are (``replay._SMALL_ARRAYS``; a test keeps them equal)
-_SB3_ARRAYS = ("actions", "rewards", "dones", "timeouts")
+#: version of the layout above (the chunkstore file format has its own). 2: slots hold
+#: global frame numbers; 1: ring positions in a ring of the worst-case size
+BUFFER_FORMAT_VERSION = 2
 #: per-env stream state of a FrameStore, saved as int64 extras
 _STREAMS = ("heads", "released", "last_slot", "last_pad")
 
-B = TypeVar("B", bound="ReplayBufferFileMixin")
 
+@dataclass
+class ReplayState:
+    """What a compressed replay buffer is, as data: written and read by this module.
 
-class ReplayBufferFileMixin:
-    """``save(path)`` and the ``load(path, ...)`` classmethod of the compressed replay buffers."""
+    ``arguments`` are JSON-able constructor arguments (spaces as dicts);
+    ``arrays`` are SB3's small arrays by name (and any a subclass adds);
+    ``stores`` the frame store state of each observation key (None for a
+    non-Dict space); ``extra`` JSON-able values a subclass adds.
+    """
 
-    def save(self, path: str | os.PathLike[str], *, progress: bool = False) -> None:
-        """Write this buffer to one HDF5 file, atomically (see :mod:`sb3_integration.persistence`).
-
-        Open chunks are sealed first; the buffer keeps working unchanged.
-        """
-        save_buffer(self, path, progress=progress)
-
-    @classmethod
-    def load(cls: type[B], path: str | os.PathLike[str], device: Any = "auto", *, lazy: bool = True,
-             tier: Tier | None = None, verify: bool | None = None) -> B:
-        """The buffer saved in ``path``, ready to sample and to keep adding to.
-
-        Parameters
-        ----------
-        path
-            A file written by :meth:`save` from a buffer of this class.
-        device
-            Where sampled tensors go, as in SB3 (``model.device`` when resuming a model).
-        lazy
-            True: chunks stay in the (memory-mapped) file until read; new chunks go
-            to RAM or ``tier``. False: every chunk is copied into RAM or ``tier``.
-        tier
-            Where chunks written after the load (lazy) or all chunks (eager) live.
-        verify
-            None: check each chunk's CRC32 when loaded (eager) or first read (lazy);
-            True: also check all of them up front when lazy; False: no checks.
-
-        Raises
-        ------
-        FormatError
-            Not a saved buffer, a buffer of another class, or an unknown version.
-        CorruptChunkError
-            A damaged chunk (names the array and chunk).
-        """
-        return load_buffer(cls, path, device=device, lazy=lazy, tier=tier, verify=verify)
+    buffer_class: str
+    arguments: dict[str, Any]
+    pos: int
+    full: bool
+    arrays: dict[str, np.ndarray]
+    stores: dict[Any, FrameStoreState]
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # -- saving ----------------------------------------------------------------------------
-def save_buffer(buf: Any, path: str | os.PathLike[str], *, progress: bool = False) -> None:
-    """Write ``buf`` (a compressed replay buffer) to ``path``; see the module docstring."""
+def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: bool = False) -> None:
+    """Write ``state`` to ``path`` atomically (see the module docstring)."""
     arrays: dict[str, ChunkedArray] = {}
-    extras: dict[str, np.ndarray] = {name: getattr(buf, name) for name in _SB3_ARRAYS}
+    extras: dict[str, np.ndarray] = dict(state.arrays)
     stores = []
-    for key, fs in buf._stores.items():
+    for key, fs in state.stores.items():
         prefix = _prefix(key)
-        store_arrays, store_extras, meta = _frame_store_parts(fs, prefix)
-        arrays.update(store_arrays)
-        extras.update(store_extras)
-        stores.append([key, meta])
+        if fs.frames is not None:
+            arrays[f"{prefix}/frames"] = fs.frames
+            assert fs.last is not None
+            extras[f"{prefix}/last"] = fs.last
+        for name in ("slots", "pads", "has_last", *_STREAMS):
+            extras[f"{prefix}/{name}"] = getattr(fs, name)
+        if fs.pending:
+            extras[f"{prefix}/pending_which"] = np.array([w for w, _, _ in fs.pending], np.int64)
+            extras[f"{prefix}/pending_rows"] = np.array([r for _, r, _ in fs.pending], np.int64)
+            extras[f"{prefix}/pending_obs"] = np.stack([x for _, _, x in fs.pending])
+        stores.append([key, fs.scalars()])
     attrs = {
         "buffer_format": BUFFER_FORMAT,
         "buffer_format_version": BUFFER_FORMAT_VERSION,
-        "buffer_class": type(buf).__name__,
-        "buffer_size": buf.buffer_size,
-        "n_envs": buf.n_envs,
-        "pos": buf.pos,
-        "full": buf.full,
-        "optimize_memory_usage": buf.optimize_memory_usage,
-        "handle_timeout_termination": buf.handle_timeout_termination,
-        "nstep": {"n_steps": buf.n_steps, "gamma": buf.gamma} if hasattr(buf, "n_steps") else None,
-        "observation_space": space_to_dict(buf.observation_space),
-        "action_space": space_to_dict(buf.action_space),
-        "compression_method": buf.compression_method,
-        "chunk_len": buf.chunk_len,
-        "cache_bytes": buf._cache_bytes,
-        "frame_dedup": buf.frame_dedup,
+        "buffer_class": state.buffer_class,
+        "arguments": state.arguments,
+        "pos": state.pos,
+        "full": state.full,
+        "arrays": list(state.arrays),
         "stores": stores,
+        "extra": state.extra,
     }
     fmt.save(path, arrays, extras, attrs, progress=progress)
 
@@ -181,162 +156,132 @@ def _prefix(key: Any) -> str:
     return f"observations/{key}"
 
 
-def _frame_store_parts(fs: FrameStore, prefix: str) -> tuple[dict[str, ChunkedArray], dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays, extras and JSON attributes that describe ``fs`` completely."""
-    arrays: dict[str, ChunkedArray] = {}
-    extras: dict[str, np.ndarray] = {
-        f"{prefix}/slots": fs.slots, f"{prefix}/pads": fs.pads, f"{prefix}/has_last": fs.has_last}
-    for name in _STREAMS:
-        extras[f"{prefix}/{name}"] = np.asarray(getattr(fs, name), np.int64)
-    lay = fs.layout
-    if lay is not None:
-        assert fs.last is not None
-        arrays[f"{prefix}/frames"] = fs.array
-        extras[f"{prefix}/last"] = fs.last
-    if fs._pending:
-        extras[f"{prefix}/pending_which"] = np.array([w for w, _, _ in fs._pending], np.int64)
-        extras[f"{prefix}/pending_rows"] = np.array([r for _, r, _ in fs._pending], np.int64)
-        extras[f"{prefix}/pending_obs"] = np.stack([x for _, _, x in fs._pending])
-    if not isinstance(fs.codec, str):  # a Codec object (perhaps with a trained dictionary)
-        config = json.dumps({"id": fs.codec.codec_id, **fs.codec.get_config()})
-        extras[f"{prefix}/codec_config"] = np.frombuffer(config.encode(), np.uint8)
-    meta = {
-        "name": fs.name,
-        "obs_shape": list(fs.obs_shape),
-        "dtype": fs.dtype.str,
-        "dedup": fs.dedup,
-        "used": list(fs.used),
-        "frames_written": fs.frames_written,
-        "pending": len(fs._pending),
-        "layout": None if lay is None else {"axis": lay.axis, "width": lay.width, "depth": lay.depth},
-        "ring_frames": fs.F if lay is not None else None,
-        "max_open": fs.array.max_open if lay is not None else None,
-    }
-    return arrays, extras, meta
-
-
 # -- loading ---------------------------------------------------------------------------
-def load_buffer(cls: type[B], path: str | os.PathLike[str], *, device: Any = "auto", lazy: bool = True,
-                tier: Tier | None = None, verify: bool | None = None) -> B:
-    """A ``cls`` buffer rebuilt from ``path``; see :meth:`ReplayBufferFileMixin.load`."""
+def read_replay(path: str | os.PathLike[str], buffer_class: str, *, lazy: bool = True,
+                tier: Tier | None = None, verify: bool | None = None) -> tuple[ReplayState, fmt.Store]:
+    """The state saved in ``path`` and the open store its chunks come from.
+
+    The caller closes the store if it does not keep the arrays.
+
+    Raises
+    ------
+    FormatError
+        Not a saved replay buffer, one of another class, an unknown layout
+        version, or damaged buffer metadata.
+    """
     path = os.fspath(path)
     store = fmt.load(path, lazy=lazy, tier=tier, cache=0, verify=verify)
     try:
         attrs = store.attrs
-        _check_kind(attrs, cls, path)
+        version = _check_kind(attrs, buffer_class, path)
         try:
-            return _rebuild(cls, store, attrs, device, tier)
+            return _state(store, attrs, version), store
         except ChunkstoreError:
             raise
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise FormatError(f"{path}: damaged replay buffer description: {e!r}") from e
     except BaseException:
         store.close()
         raise
 
 
-def _check_kind(attrs: Mapping[str, Any], cls: type, path: str) -> None:
+def _check_kind(attrs: Mapping[str, Any], buffer_class: str, path: str) -> int:
     kind = attrs.get("buffer_format")
     if kind != BUFFER_FORMAT:
         raise FormatError(f"{path} is a chunkstore file but not a saved replay buffer "
                           f"(buffer_format {kind!r}, expected {BUFFER_FORMAT!r})")
     version = attrs.get("buffer_format_version")
-    if version != BUFFER_FORMAT_VERSION:
+    if version not in (1, BUFFER_FORMAT_VERSION):
         raise FormatError(f"{path} holds a replay buffer in layout version {version!r}; this "
-                          f"sb3_integration reads version {BUFFER_FORMAT_VERSION} (upgrade chunkstore)")
+                          f"sb3_integration reads versions 1..{BUFFER_FORMAT_VERSION} (upgrade chunkstore)")
     saved = attrs.get("buffer_class")
-    if saved != cls.__name__:
-        raise FormatError(f"{path} holds a {saved}, not a {cls.__name__}; load it with {saved}.load()")
+    if saved != buffer_class:
+        raise FormatError(f"{path} holds a {saved}, not a {buffer_class}; load it with {saved}.load()")
+    return int(version)
 
 
-def _rebuild(cls: type[B], store: fmt.Store, attrs: Mapping[str, Any], device: Any, tier: Tier | None) -> B:
-    path = store.path
-    kwargs: dict[str, Any] = {
-        "device": device,
-        "n_envs": int(attrs["n_envs"]),
-        "optimize_memory_usage": bool(attrs["optimize_memory_usage"]),
-        "handle_timeout_termination": bool(attrs["handle_timeout_termination"]),
-        "compression_method": attrs["compression_method"],
-        "chunk_len": int(attrs["chunk_len"]),
-        "cache_bytes": int(attrs["cache_bytes"]),
-        "frame_dedup": bool(attrs["frame_dedup"]),
-        "tier": tier,
-    }
-    if attrs["nstep"] is not None:
-        kwargs.update(attrs["nstep"])
-    stores = {key: meta for key, meta in attrs["stores"]}
-    codecs = [_saved_codec(store, _prefix(key)) for key in stores]
-    if codecs and codecs[0] is not None:  # the buffer was built with this Codec object
-        kwargs["compression_method"] = codecs[0]
-    n_envs = kwargs["n_envs"]
-    buf = cls(int(attrs["buffer_size"]) * n_envs, space_from_dict(attrs["observation_space"]),  # type: ignore[call-arg]
-              space_from_dict(attrs["action_space"]), **kwargs)
-    if list(stores) != list(buf._stores):  # type: ignore[attr-defined]
-        raise FormatError(f"{path}: observation keys {list(stores)} do not match the saved "
-                          f"observation space's {list(buf._stores)}")  # type: ignore[attr-defined]
-    for key, fs in buf._stores.items():  # type: ignore[attr-defined]
-        _restore_frame_store(fs, _prefix(key), stores[key], store)
-    for name in _SB3_ARRAYS:
-        like = getattr(buf, name)
-        setattr(buf, name, _extra(store, name, like.shape, like.dtype))
-    buf.pos, buf.full = int(attrs["pos"]), bool(attrs["full"])  # type: ignore[attr-defined]
-    return buf
+def _state(store: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplayState:
+    if version == 1:
+        return _state_v1(store, attrs)
+    stores = {key: _store_state(store, _prefix(key), meta) for key, meta in attrs["stores"]}
+    return ReplayState(
+        buffer_class=str(attrs["buffer_class"]), arguments=dict(attrs["arguments"]),
+        pos=_int(attrs["pos"], "pos"), full=_bool(attrs["full"], "full"),
+        arrays={name: _extra(store, name) for name in attrs["arrays"]},
+        stores=stores, extra=dict(attrs.get("extra") or {}),
+    )
 
 
-def _saved_codec(store: fmt.Store, prefix: str) -> Any:
-    raw = store.extras.get(f"{prefix}/codec_config")
-    return None if raw is None else codec_from_config(json.loads(raw.tobytes().decode()))
+def _store_state(store: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> FrameStoreState:
+    lay = meta["layout"]
+    obs_shape = tuple(int(d) for d in meta["obs_shape"])
+    layout = None if lay is None else StackLayout(obs_shape, lay["axis"], int(lay["width"]), int(lay["depth"]))
+    n_pending = int(meta["pending"])
+    pending = []
+    if n_pending:
+        which = _extra(store, f"{prefix}/pending_which")
+        rows = _extra(store, f"{prefix}/pending_rows")
+        obs = _extra(store, f"{prefix}/pending_obs")
+        if not len(which) == len(rows) == len(obs) == n_pending:
+            raise FormatError(f"{store.path}: {prefix} lists {n_pending} pending stacks, holds {len(obs)}")
+        pending = [(int(w), int(r), x) for w, r, x in zip(which.tolist(), rows.tolist(), obs, strict=True)]
+    return FrameStoreState(
+        obs_shape=obs_shape, dtype=np.dtype(meta["dtype"]), n_rows=int(meta["n_rows"]),
+        n_envs=int(meta["n_envs"]), stacks_per_row=int(meta["stacks_per_row"]), dedup=bool(meta["dedup"]),
+        layout=layout, ring_frames=meta["ring_frames"],
+        slots=_extra(store, f"{prefix}/slots"), pads=_extra(store, f"{prefix}/pads"),
+        heads=_extra(store, f"{prefix}/heads"), released=_extra(store, f"{prefix}/released"),
+        last_slot=_extra(store, f"{prefix}/last_slot"), last_pad=_extra(store, f"{prefix}/last_pad"),
+        has_last=_extra(store, f"{prefix}/has_last"),
+        last=_extra(store, f"{prefix}/last") if layout is not None else None,
+        used=[bool(u) for u in meta["used"]], frames=store.arrays.get(f"{prefix}/frames"),
+        pending=pending,
+    )
 
 
-def _extra(store: fmt.Store, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """Extra ``name``, which must have this shape and dtype."""
+def _state_v1(store: fmt.Store, attrs: Mapping[str, Any]) -> ReplayState:
+    """A layout-1 file: arguments flat in the attrs, slots as positions in the ring."""
+    names = ("buffer_size", "n_envs", "optimize_memory_usage", "handle_timeout_termination",
+             "observation_space", "action_space", "compression_method", "chunk_len", "cache_bytes",
+             "frame_dedup")
+    arguments = {name: attrs[name] for name in names}
+    if attrs.get("nstep") is not None:
+        arguments.update(attrs["nstep"])
+    n_envs = int(attrs["n_envs"])
+    stores = {}
+    for key, meta in attrs["stores"]:
+        prefix = _prefix(key)
+        spr = len(meta["used"])
+        fs = _store_state(store, prefix, {**meta, "n_rows": int(attrs["buffer_size"]), "n_envs": n_envs,
+                                          "stacks_per_row": spr})
+        if fs.layout is not None:  # ring position -> the global number of the newest frame
+            F = int(meta["ring_frames"])
+            heads = fs.heads.astype(np.int64)[None, None, :]
+            newest = heads - 1 - ((heads - 1 - fs.slots.astype(np.int64)) % F)
+            fs.slots = (newest % (1 << 32)).astype(np.uint32)
+        stores[key] = fs
+    return ReplayState(
+        buffer_class=str(attrs["buffer_class"]), arguments=arguments,
+        pos=_int(attrs["pos"], "pos"), full=_bool(attrs["full"], "full"),
+        arrays={name: _extra(store, name) for name in ("actions", "rewards", "dones", "timeouts")},
+        stores=stores,
+    )
+
+
+def _extra(store: fmt.Store, name: str) -> np.ndarray:
     value = store.extras.get(name)
     if value is None:
         raise FormatError(f"{store.path}: {name!r} is missing")
-    if value.shape != tuple(shape) or value.dtype != np.dtype(dtype):
-        raise FormatError(f"{store.path}: {name!r} has shape {value.shape} and dtype {value.dtype}; "
-                          f"this buffer needs {tuple(shape)} and {np.dtype(dtype)}")
     return value
 
 
-def _restore_frame_store(fs: FrameStore, prefix: str, meta: Mapping[str, Any], store: fmt.Store) -> None:
-    """Put the saved state into ``fs``, freshly built with the saved arguments."""
-    if (tuple(meta["obs_shape"]), np.dtype(meta["dtype"]), meta["dedup"]) != (fs.obs_shape, fs.dtype, fs.dedup):
-        raise FormatError(f"{store.path}: {prefix} was saved as {meta['obs_shape']} {meta['dtype']} "
-                          f"(dedup={meta['dedup']}), its space gives {fs.obs_shape} {fs.dtype} (dedup={fs.dedup})")
-    n = fs.n_envs
-    for name in ("slots", "pads", "has_last"):
-        like = getattr(fs, name)
-        setattr(fs, name, _extra(store, f"{prefix}/{name}", like.shape, like.dtype))
-    for name in _STREAMS:
-        setattr(fs, name, _extra(store, f"{prefix}/{name}", (n,), np.int64).tolist())
-    fs.used = [bool(u) for u in meta["used"]]
-    fs.frames_written = int(meta["frames_written"])
-    fs._pending = _pending(fs, prefix, int(meta["pending"]), store)
-    for name in ("array", "F", "env_base"):  # whatever the constructor decided is replaced
-        fs.__dict__.pop(name, None)
-    lay = meta["layout"]
-    if lay is None:
-        fs.layout, fs.last = None, None
-        return
-    fs.layout = StackLayout(fs.obs_shape, lay["axis"], int(lay["width"]), int(lay["depth"]))
-    fs.F = int(meta["ring_frames"])
-    fs.env_base = np.arange(n) * fs.F
-    arr = store.arrays.get(f"{prefix}/frames")
-    want = ((fs.F * n, *fs.layout.frame_shape), fs.dtype)
-    if arr is None or (arr.shape, arr.dtype) != want:
-        got = None if arr is None else (arr.shape, arr.dtype)
-        raise FormatError(f"{store.path}: {prefix}/frames is {got}; its layout needs {want}")
-    arr.max_open = int(meta["max_open"])
-    arr.cache = fs.cache if isinstance(fs.cache, LRUChunkCache) else None  # type: ignore[assignment]  # the buffer's shared cache
-    fs.array = arr
-    fs.last = _extra(store, f"{prefix}/last", (n, *fs.obs_shape), fs.dtype)
+def _int(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    return v
 
 
-def _pending(fs: FrameStore, prefix: str, count: int, store: fmt.Store) -> list[tuple[int, int, np.ndarray]]:
-    if not count:
-        return []
-    which = _extra(store, f"{prefix}/pending_which", (count,), np.int64)
-    rows = _extra(store, f"{prefix}/pending_rows", (count,), np.int64)
-    obs = _extra(store, f"{prefix}/pending_obs", (count, fs.n_envs, *fs.obs_shape), fs.dtype)
-    return [(int(w), int(r), x) for w, r, x in zip(which.tolist(), rows.tolist(), obs, strict=True)]
+def _bool(v: Any, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be true or false, got {v!r}")
+    return v

@@ -25,9 +25,10 @@ once, and keeps the terminal observations that ``optimize_memory_usage`` loses.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch as th
@@ -38,21 +39,23 @@ from stable_baselines3.common.buffers import (
     NStepReplayBuffer,
     ReplayBuffer,
 )
-from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore import LRUChunkCache, Tier, get_codec
+from chunkstore import ChunkstoreError, FormatError, LRUChunkCache, Tier, get_codec
 from sb3_integration._common import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_LEN,
     DEFAULT_COMPRESSION,
     ObservationView,
+    StoreOptions,
     coerce_obs,
     pack_array,
+    stack_axis_order,
     unpack_array,
 )
-from sb3_integration.frames import FrameStore
-from sb3_integration.persistence import ReplayBufferFileMixin
+from sb3_integration.frames import NEXT, OBS, FrameStore
+from sb3_integration.persistence import ReplayState, read_replay, write_replay
+from sb3_integration.spaces import space_from_dict, space_to_dict
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -63,20 +66,12 @@ __all__ = [
     "CompressedReplayBuffer",
 ]
 
-OBS, NEXT = 0, 1
 _SMALL_ARRAYS = ("actions", "rewards", "dones", "timeouts")
+B = TypeVar("B", bound="_CompressedReplayMixin")
 
 
-def stack_axis_order(space: spaces.Space) -> tuple[int, ...]:
-    """Axes to try for frame stacking, best first: where SB3's ``VecFrameStack`` stacks."""
-    shape = space.shape or ()
-    if is_image_space(space) and len(shape) == 3 and int(np.argmin(shape)) == 0:
-        return (0, -1)  # channel-first image
-    return (-1, 0)  # channel-last image, or not an image: VecFrameStack stacks on the last axis
-
-
-class _CompressedReplayMixin(ReplayBufferFileMixin):
-    """Observation storage shared by the three replay buffers (put before the SB3 class).
+class _CompressedReplayMixin:
+    """Observation storage shared by the replay buffers (put before the SB3 class).
 
     ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence`.
     """
@@ -103,8 +98,7 @@ class _CompressedReplayMixin(ReplayBufferFileMixin):
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
         self.buffer_size = max(buffer_size // n_envs, 1)
 
-    def _init_storage(self, *, handle_timeout_termination: bool, compression_method: str | Any,
-                      chunk_len: int, cache_bytes: int, tier: Tier | Callable[[], Tier] | None,
+    def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
                       frame_dedup: bool) -> None:
         shape = (self.buffer_size, self.n_envs)
         self.actions = np.zeros((*shape, self.action_dim), dtype=ReplayBuffer._maybe_cast_dtype(self.action_space.dtype))
@@ -113,20 +107,21 @@ class _CompressedReplayMixin(ReplayBufferFileMixin):
         self.handle_timeout_termination = handle_timeout_termination
         self.timeouts = np.zeros(shape, dtype=np.float32)
 
-        self.compression_method = get_codec(compression_method).name  # fails early on a bad name
-        self.chunk_len = int(chunk_len)
+        self.store_options = options
+        self.compression_method = get_codec(options.compression_method).name
+        self.chunk_len = options.chunk_len
         self.frame_dedup = bool(frame_dedup)
-        self._cache_bytes = int(cache_bytes)
+        self._cache_bytes = options.cache_bytes
         cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
-        subspaces = self._subspaces()
         self._stores = {
             key: FrameStore(
                 self._key_shape(key), sub.dtype, self.buffer_size, self.n_envs,
-                stacks_per_row=2, chunk_len=self.chunk_len, codec=compression_method, tier=tier,
-                cache=cache, dedup=self.frame_dedup, axis_order=stack_axis_order(sub),
+                stacks_per_row=2, chunk_len=options.chunk_len, codec=options.compression_method,
+                tier=options.tier, cache=cache, threads=options.threads, dedup=self.frame_dedup,
+                axis_order=stack_axis_order(sub),
                 name="observations" if key is None else f"observations[{key}]",
             )
-            for key, sub in subspaces.items()
+            for key, sub in self._subspaces().items()
         }
         self._plan: list[tuple[int, np.ndarray]] | None = None
         self._memo: dict[Any, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
@@ -283,6 +278,103 @@ class _CompressedReplayMixin(ReplayBufferFileMixin):
         }
         return info
 
+    # -- state in, state out; files ----------------------------------------------------------
+    def replay_state(self) -> ReplayState:
+        """What this buffer is, as data (arrays shared, not copied)."""
+        arguments: dict[str, Any] = {
+            "buffer_size": self.buffer_size,  # rows per env (SB3's argument is rows * n_envs)
+            "n_envs": self.n_envs,
+            "optimize_memory_usage": self.optimize_memory_usage,
+            "handle_timeout_termination": self.handle_timeout_termination,
+            "observation_space": space_to_dict(self.observation_space),
+            "action_space": space_to_dict(self.action_space),
+            "compression_method": self.compression_method,
+            "chunk_len": self.chunk_len,
+            "cache_bytes": self._cache_bytes,
+            "frame_dedup": self.frame_dedup,
+        }
+        if hasattr(self, "n_steps"):
+            arguments.update(n_steps=self.n_steps, gamma=self.gamma)  # type: ignore[attr-defined]
+        return ReplayState(
+            buffer_class=type(self).__name__, arguments=arguments, pos=self.pos, full=self.full,
+            arrays={name: getattr(self, name) for name in _SMALL_ARRAYS},
+            stores={key: fs.state() for key, fs in self._stores.items()},
+        )
+
+    @classmethod
+    def from_replay_state(cls: type[B], state: ReplayState, *, device: Any = "auto",
+                          tier: Tier | None = None) -> B:
+        """A buffer that is ``state``; ValueError/TypeError when the state does not fit."""
+        a = dict(state.arguments)
+        rows, n_envs = int(a.pop("buffer_size")), int(a["n_envs"])
+        obs_space = space_from_dict(a.pop("observation_space"))
+        act_space = space_from_dict(a.pop("action_space"))
+        buf = cls(rows * n_envs, obs_space, act_space, device=device, tier=tier, **a)  # type: ignore[call-arg]
+        if not 0 <= state.pos < buf.buffer_size:
+            raise ValueError(f"pos {state.pos} is outside 0..{buf.buffer_size - 1}")
+        if set(state.stores) != set(buf._stores):
+            raise ValueError(f"observation keys {list(state.stores)} do not match the space's {list(buf._stores)}")
+        for name in _SMALL_ARRAYS:
+            like, value = getattr(buf, name), state.arrays.get(name)
+            if not isinstance(value, np.ndarray) or (value.shape, value.dtype) != (like.shape, like.dtype):
+                got = None if value is None else (value.shape, value.dtype)
+                raise ValueError(f"{name} is {got}; this buffer needs {(like.shape, like.dtype)}")
+            setattr(buf, name, value)
+        for key, fs in buf._stores.items():
+            fs.load_state(state.stores[key])
+            fs.share_cache(fs.cache)
+        buf.pos, buf.full = state.pos, state.full
+        return buf
+
+    def save(self, path: str | os.PathLike[str], *, progress: bool = False) -> None:
+        """Write this buffer to one HDF5 file, atomically (see :mod:`sb3_integration.persistence`).
+
+        Open chunks are sealed first; the buffer keeps working unchanged.
+        """
+        write_replay(path, self.replay_state(), progress=progress)
+
+    @classmethod
+    def load(cls: type[B], path: str | os.PathLike[str], device: Any = "auto", *, lazy: bool = True,
+             tier: Tier | None = None, verify: bool | None = None) -> B:
+        """The buffer saved in ``path``, ready to sample and to keep adding to.
+
+        Parameters
+        ----------
+        path
+            A file written by :meth:`save` from a buffer of this class.
+        device
+            Where sampled tensors go, as in SB3 (``model.device`` when resuming a model).
+        lazy
+            True: chunks stay in the (memory-mapped) file until read; new chunks go
+            to RAM or ``tier``. False: every chunk is copied into RAM or ``tier``.
+            Replace a lazily loaded file only by renaming a new one over it.
+        tier
+            Where chunks written after the load (lazy) or all chunks (eager) live.
+        verify
+            None: check each chunk's CRC32 when loaded (eager) or first read (lazy);
+            True: also check all of them up front when lazy; False: no checks.
+
+        Raises
+        ------
+        FormatError
+            Not a saved buffer, a buffer of another class, an unknown version, or
+            damaged buffer state.
+        CorruptChunkError
+            A damaged chunk (names the array and chunk).
+        """
+        state, store = read_replay(path, cls.__name__, lazy=lazy, tier=tier, verify=verify)
+        try:
+            return cls.from_replay_state(state, device=device, tier=tier)
+        except ChunkstoreError:
+            store.close()
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            store.close()
+            raise FormatError(f"{os.fspath(path)}: damaged replay buffer state: {e}") from e
+        except BaseException:
+            store.close()
+            raise
+
     # -- pickling: compressed chunks; caches, views and thread pools are rebuilt ---------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -312,12 +404,13 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         As in SB3's ``ReplayBuffer`` (same checks).
     compression_method
         Codec name in sb3-extra-buffers' grammar (``"zstd3"``, ``"lz4-block"``,
-        ``"zstd-1"`` is zstd level -1, ...) or a :class:`~chunkstore.Codec`.
+        ``"zstd-1"`` is zstd level -1, ...) or a :class:`~chunkstore.Codec`
+        (default: the preset's, ``"zstd3+dict"``).
     dtypes
         Accepted for sb3-extra-buffers compatibility and ignored: observations
         are always stored losslessly in the space's dtype.
     chunk_len
-        Frames per compressed chunk.
+        Frames per compressed chunk (default: the preset's).
     cache_bytes
         Budget of the decoded-chunk cache shared by all observation keys (0: none).
     tier
@@ -325,6 +418,12 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         returning one, or None for RAM. A pickled buffer loads into RAM.
     frame_dedup
         False stores every observation whole (no frame sharing), for comparison.
+    preset
+        ``"fast"`` (default: chunk_len 4, ``zstd3+dict``) or ``"compact"``
+        (chunk_len 32: smaller, slower to sample); explicit arguments win.
+    threads
+        Threads that share the chunks of one sample (default 1; more helps only
+        with idle cores).
 
     Examples
     --------
@@ -343,13 +442,18 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         optimize_memory_usage: bool = False,
         handle_timeout_termination: bool = True,
         *,
-        compression_method: str | Any = DEFAULT_COMPRESSION,
+        compression_method: str | Any = None,
         dtypes: Any = None,
-        chunk_len: int = DEFAULT_CHUNK_LEN,
+        chunk_len: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         tier: Tier | Callable[[], Tier] | None = None,
         frame_dedup: bool = True,
+        preset: str | None = None,
+        threads: int | None = None,
     ) -> None:
+        options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
+                                       chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
+                                       threads=threads)
         self._init_base(buffer_size, observation_space, action_space, device, n_envs)
         if optimize_memory_usage and handle_timeout_termination:
             raise ValueError(
@@ -357,9 +461,8 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
                 "and handle_timeout_termination = True simultaneously."
             )
         self.optimize_memory_usage = optimize_memory_usage
-        self._init_storage(handle_timeout_termination=handle_timeout_termination,
-                           compression_method=compression_method, chunk_len=chunk_len,
-                           cache_bytes=cache_bytes, tier=tier, frame_dedup=frame_dedup)
+        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
+                           frame_dedup=frame_dedup)
 
 
 class CompressedDictReplayBuffer(_CompressedReplayMixin, DictReplayBuffer):
@@ -375,20 +478,24 @@ class CompressedDictReplayBuffer(_CompressedReplayMixin, DictReplayBuffer):
         optimize_memory_usage: bool = False,
         handle_timeout_termination: bool = True,
         *,
-        compression_method: str | Any = DEFAULT_COMPRESSION,
+        compression_method: str | Any = None,
         dtypes: Any = None,
-        chunk_len: int = DEFAULT_CHUNK_LEN,
+        chunk_len: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         tier: Tier | Callable[[], Tier] | None = None,
         frame_dedup: bool = True,
+        preset: str | None = None,
+        threads: int | None = None,
     ) -> None:
+        options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
+                                       chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
+                                       threads=threads)
         self._init_base(buffer_size, observation_space, action_space, device, n_envs)
         assert isinstance(self.obs_shape, dict), "DictReplayBuffer must be used with Dict obs space only"
         assert not optimize_memory_usage, "DictReplayBuffer does not support optimize_memory_usage"
         self.optimize_memory_usage = optimize_memory_usage
-        self._init_storage(handle_timeout_termination=handle_timeout_termination,
-                           compression_method=compression_method, chunk_len=chunk_len,
-                           cache_bytes=cache_bytes, tier=tier, frame_dedup=frame_dedup)
+        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
+                           frame_dedup=frame_dedup)
 
 
 class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
@@ -409,13 +516,18 @@ class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
         *,
         n_steps: int = 3,
         gamma: float = 0.99,
-        compression_method: str | Any = DEFAULT_COMPRESSION,
+        compression_method: str | Any = None,
         dtypes: Any = None,
-        chunk_len: int = DEFAULT_CHUNK_LEN,
+        chunk_len: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         tier: Tier | Callable[[], Tier] | None = None,
         frame_dedup: bool = True,
+        preset: str | None = None,
+        threads: int | None = None,
     ) -> None:
+        options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
+                                       chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
+                                       threads=threads)
         self._init_base(buffer_size, observation_space, action_space, device, n_envs)
         if optimize_memory_usage and handle_timeout_termination:
             raise ValueError(
@@ -427,9 +539,8 @@ class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
         self.gamma = gamma
         if self.optimize_memory_usage:
             raise NotImplementedError("NStepReplayBuffer doesn't support optimize_memory_usage=True")
-        self._init_storage(handle_timeout_termination=handle_timeout_termination,
-                           compression_method=compression_method, chunk_len=chunk_len,
-                           cache_bytes=cache_bytes, tier=tier, frame_dedup=frame_dedup)
+        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
+                           frame_dedup=frame_dedup)
 
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
         # the next-obs rows depend on dones; SB3 reads them first, and the obs rows ride along

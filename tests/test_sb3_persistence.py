@@ -36,7 +36,6 @@ from sb3_integration import (
     CompressedNStepReplayBuffer,
     CompressedReplayBuffer,
     FrameStore,
-    persistence,
     replay,
 )
 from sb3_integration._common import DEFAULT_COMPRESSION
@@ -127,8 +126,8 @@ def test_round_trip_and_continue(kind, n_envs, fill, lazy, tmp_path):
     loaded = type(ours).load(path, device="cpu", lazy=lazy)
     assert type(loaded) is type(ours) and loaded.device == th.device("cpu")
     for fs, orig in zip(frame_stores(loaded), frame_stores(ours), strict=True):
-        assert (fs.layout, fs.heads, fs.released, fs.frames_written) == (
-            orig.layout, orig.heads, orig.released, orig.frames_written)
+        assert (fs.layout, fs.heads.tolist(), fs.released.tolist(), fs.frames_written, fs.F) == (
+            orig.layout, orig.heads.tolist(), orig.released.tolist(), orig.frames_written, orig.F)
         if fs.layout is not None and fs.array.nchunks:
             assert fs.array.tier.info()["kind"] == ("file" if lazy else "memory")
     if kind == "nstep":
@@ -181,7 +180,8 @@ def test_buffer_built_with_a_codec_object_and_a_trained_dictionary(tmp_path):
     ours.save(tmp_path / "b.h5")
     loaded = CompressedReplayBuffer.load(tmp_path / "b.h5", device="cpu", lazy=False)
     assert loaded._stores[None].array.codec == ours._stores[None].array.codec
-    assert isinstance(loaded._stores[None].codec, type(get_codec("zstd3+dict")))
+    assert isinstance(loaded._stores[None].array.codec, type(get_codec("zstd3+dict")))
+    assert loaded._stores[None].array.codec.dictionary is not None
     assert_same([ref, ours, loaded])
     for step in more:  # wraps around
         ref.add(*step)
@@ -190,24 +190,31 @@ def test_buffer_built_with_a_codec_object_and_a_trained_dictionary(tmp_path):
 
 
 def test_saved_state_covers_every_attribute():
-    """A new attribute on the buffers or FrameStore must be saved (or rebuilt) too."""
-    assert persistence._SB3_ARRAYS == replay._SMALL_ARRAYS
-    rebuilt = {"obs_shape", "dtype", "n_rows", "n_envs", "stacks_per_row", "chunk_len", "codec",
-               "tier", "cache", "dedup", "axis_order", "name", "F", "env_base"}
-    saved = {"slots", "pads", "has_last", "heads", "released", "last_slot", "last_pad", "used",
-             "frames_written", "_pending", "layout", "array", "last"}
+    """A new attribute on the buffers or FrameStore must be in its state object (or rebuilt)."""
+    import dataclasses
+
+    from sb3_integration.frames import FrameStoreState
+
+    rebuilt = {"chunk_len", "codec", "tier", "cache", "threads", "axis_order", "name", "_lock"}
+    state_to_attr = {"ring_frames": "F", "frames": "array", "pending": "_pending"}
+    saved = {state_to_attr.get(f.name, f.name) for f in dataclasses.fields(FrameStoreState)}
     fs = FrameStore((4, 6, 5), np.uint8, 10, 2)
     fs.ensure_layout()
     assert set(vars(fs)) == rebuilt | saved
+    # the buffer: constructor arguments, position, SB3's arrays, frame stores; the rest is rebuilt
     buffer_attrs = {"buffer_size", "n_envs", "pos", "full", "optimize_memory_usage",
                     "handle_timeout_termination", "observation_space", "action_space", "device",
                     "compression_method", "chunk_len", "_cache_bytes", "frame_dedup", "_stores",
-                    "obs_shape", "action_dim", "observations", "next_observations", "_plan", "_memo",
-                    "_owned", *replay._SMALL_ARRAYS}
+                    "store_options", "obs_shape", "action_dim", "observations", "next_observations",
+                    "_plan", "_memo", "_owned", *replay._SMALL_ARRAYS}
     for cls, space, kw in [(CompressedReplayBuffer, IMG, {}), (CompressedDictReplayBuffer, DICT, {}),
                            (CompressedNStepReplayBuffer, IMG, {"n_steps": 2})]:
         extra = {"n_steps", "gamma"} if cls is CompressedNStepReplayBuffer else set()
-        assert set(vars(cls(8, space, ACT, "cpu", **kw))) == buffer_attrs | extra
+        buf = cls(8, space, ACT, "cpu", **kw)
+        assert set(vars(buf)) == buffer_attrs | extra
+        state = buf.replay_state()
+        assert set(state.arrays) == set(replay._SMALL_ARRAYS)
+        assert extra <= set(state.arguments)
 
 
 def test_file_holds_only_plain_data(tmp_path):
@@ -222,7 +229,7 @@ def test_file_holds_only_plain_data(tmp_path):
     assert kinds <= set("biuf")  # no pickles, no opaque blobs
     assert {"observations/img/frames", "observations/vec/pending_obs", "actions", "timeouts"} <= names
     assert attrs["buffer_class"] == "CompressedDictReplayBuffer" and attrs["pos"] == 13
-    assert attrs["observation_space"]["type"] == "Dict"
+    assert attrs["arguments"]["observation_space"]["type"] == "Dict"
 
 
 # -- plain HDF5 readers ------------------------------------------------------------------------

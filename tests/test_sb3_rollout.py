@@ -23,6 +23,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecFrameStack
 from test_frames import frame_stack_stream
 
+from chunkstore import get_codec
 from sb3_integration import CompressedDictRolloutBuffer, CompressedRolloutBuffer
 
 IMG_CF = spaces.Box(0, 255, (4, 16, 16), np.uint8)
@@ -193,7 +194,7 @@ def test_get_equivalence_codecs(method, space):
     _, ours = check_equivalence(
         SPACES[space], spaces.Discrete(3), 40, 3, 16, compression_method=method, chunk_len=8
     )
-    assert ours.compression_method == method
+    assert ours.compression_method == get_codec(method).name
 
 
 @pytest.mark.parametrize("chunk_len", [1, 3, 64])
@@ -202,9 +203,10 @@ def test_get_equivalence_chunk_lengths(chunk_len):
     _, ours = check_equivalence(
         IMG_CF, spaces.Discrete(3), 40, 3, 16, compression_method="lz4-block", chunk_len=chunk_len
     )
-    store = ours._store
-    assert np.array_equal(store.streams.flushed, store.ptr // chunk_len * chunk_len)
-    assert np.array_equal(store.streams.staged, store.ptr - store.streams.flushed)
+    store = ours._stores[None]
+    assert store.array.chunk_len == chunk_len and store.layout.depth == 4
+    # every env's stream is in whole chunks except its open tail
+    assert store.array.nchunks == sum(int(h) // chunk_len for h in store.heads)
 
 
 @pytest.mark.parametrize("gae_lambda,gamma", [(1.0, 0.9), (0.0, 0.99), (0.8, 1.0)])
@@ -214,7 +216,7 @@ def test_get_equivalence_gae_and_box_actions(gae_lambda, gamma):
 
 
 def test_get_equivalence_multibinary_actions_and_whole_observations():
-    check_equivalence(IMG_CF, spaces.MultiBinary(3), 24, 2, 16, dedup_frames=False)
+    check_equivalence(IMG_CF, spaces.MultiBinary(3), 24, 2, 16, frame_dedup=False)
 
 
 @pytest.mark.parametrize("n_envs", [1, 4])
@@ -234,16 +236,17 @@ def test_dict_get_equivalence(n_envs, batch_size):
 
 def test_stacked_frames_are_stored_once():
     ref, ours = check_equivalence(IMG_CF, spaces.Discrete(3), 64, 4, 64)
-    store = ours._store
-    assert store.shift == 1
+    store = ours._stores[None]
+    assert (store.layout.axis, store.layout.width, store.layout.depth) == (0, 1, 4)
     # one new 16x16 frame per step, none for the zero padding after resets
-    assert store.units_written == 64 * 4
-    assert ours.obs_cbytes < ref.observations.nbytes / 3
-    info = ours.storage_info()
-    assert info["layout"] == "4 units of (16, 16) on axis 0" and info["units_written"] == 256
-    assert info["nbytes"] == ref.observations.nbytes and info["cbytes"] == ours.obs_cbytes
+    assert store.frames_written == 64 * 4
+    assert ours.nbytes_stored < ref.observations.nbytes / 3
+    info = ours.storage_info()["observations"]
+    assert info["layout"] == "4 frames of (1, 16, 16) stacked on axis 0" and info["frames_written"] == 256
+    assert ours.nbytes_raw == ref.observations.nbytes and info["nbytes_stored"] == ours.nbytes_stored
     _, ours = check_equivalence(SPACES["img_rgb"], spaces.Discrete(3), 64, 2, 64)
-    assert ours._store.shift == 3 and ours._store.units_written == 64 * 2 * 3
+    store = ours._stores[None]
+    assert (store.layout.width, store.layout.depth) == (3, 4) and store.frames_written == 64 * 2
 
 
 @pytest.mark.parametrize("kind", ["random", "blank"])
@@ -265,11 +268,13 @@ def test_images_that_do_not_stack(kind):
     fill((ref, ours), steps, last_values, dones)
     assert_obs_equal(ref, ours)
     assert_get_equal(ref, ours, 16, seed=0)
+    store = ours._stores[None]
     if kind == "random":
-        assert ours._store.shift == 0  # detection gave up: no comparisons from then on
-        assert ours._store.units_written == T * n_envs * 4
-    else:
-        assert ours._store.units_written < T * n_envs * 4 / 3  # leading zero frames are not stored
+        assert store.layout.axis is None  # detection gave up: each observation is one frame
+        assert store.frames_written == T * n_envs
+    else:  # leading zero frames are not stored
+        frame_size = int(np.prod(store.layout.frame_shape))
+        assert store.frames_written * frame_size < T * n_envs * int(np.prod(space.shape)) / 3
 
 
 def test_views_behave_like_arrays():
@@ -314,6 +319,7 @@ def test_bad_obs_is_refused_and_leaves_buffer_unchanged(bad):
     for step in steps[:3]:
         ours.add(*step)
     before = snapshot(ours)
+    frames_before = ours._stores[None].frames_written
     obs = steps[3][0]
     wrong = {
         "shape": obs[:, :3],
@@ -326,7 +332,7 @@ def test_bad_obs_is_refused_and_leaves_buffer_unchanged(bad):
     assert snapshot(ours) == before
     with pytest.raises(ValueError):  # a malformed action fails before the observations change
         ours.add(obs, np.zeros(5), *steps[3][2:])
-    assert snapshot(ours)[0] == before[0] and ours._store.units_written == 3 * 2
+    assert snapshot(ours) == before and ours._stores[None].frames_written == frames_before
     ours.add(obs.astype(np.int64), *steps[3][1:])  # values that fit are accepted
     assert np.array_equal(ours.observations[3], obs)
 
@@ -473,8 +479,8 @@ def test_ppo_stacked_images_parameters_identical():
     ref = train_ppo(env(), None, 128)
     ours = train_ppo(env(), CompressedRolloutBuffer, 128)
     assert ours.rollout_buffer.observations.dtype == np.uint8
-    assert ours.rollout_buffer._store.layout.axis == 0  # PPO transposed the stack to channel-first
-    assert ours.rollout_buffer._store.shift == 1
+    store = ours.rollout_buffer._stores[None]
+    assert store.layout.axis == 0 and store.layout.depth == 4  # PPO transposed the stack to channel-first
     assert same_parameters(ref, ours)
 
 
@@ -511,4 +517,4 @@ def test_atari_get_equivalence(channels_last):
                 buf.compute_returns_and_advantage(values[-1], tr.dones[s])
             assert_obs_equal(ref, ours)
             assert_get_equal(ref, ours, 64, seed=lap)
-            assert ours.obs_cbytes < ref.observations.nbytes / 3
+            assert ours.nbytes_stored < ref.observations.nbytes / 3
