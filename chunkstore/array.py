@@ -231,6 +231,7 @@ class ChunkedArray:
         self._raw_sealed = 0
         self._scratch = threading.local()
         self._lock = threading.RLock()
+        self._placements: dict[tuple[Any, ...], Any] = {}  # take_into's output layouts, by shape
 
     # -- geometry ---------------------------------------------------------------------
     @property
@@ -665,7 +666,13 @@ class ChunkedArray:
             return out
         if int(flat.min()) < -1 or int(flat.max()) >= self.capacity:
             raise IndexError(f"{self.name}: ids must lie in -1..{self.capacity - 1}")
-        placed = _item_placement(out, ids.ndim, self.dtype.itemsize)
+        key = (out.shape, out.strides, ids.ndim)
+        placed = self._placements.get(key)
+        if placed is None:
+            placed = _item_placement(out, ids.ndim, self.dtype.itemsize)
+            if len(self._placements) > 16:
+                self._placements.clear()
+            self._placements[key] = placed
         with self._lock:
             if placed is not None and self._native_take(flat, out, *placed):
                 return out

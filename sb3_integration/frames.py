@@ -38,8 +38,8 @@ read back.
 The ring. All envs share one :class:`~chunkstore.ChunkedArray` of frames, in
 regions of ``F`` frames (a whole number of chunks); frame ``g`` of env ``e`` is
 item ``e * F + g % F``. ``F`` starts at about one frame per row, which is what
-Atari stacks need, and doubles (up to the worst case, ``depth`` frames per
-stack) when a stream would overwrite a frame that a live row still uses:
+Atari stacks need, and grows by half (up to the worst case, ``depth`` frames
+per stack) when a stream would overwrite a frame that a live row still uses:
 growing only moves chunk-table entries (:meth:`ChunkedArray.remap`), nothing is
 decoded. Because descriptors hold global frame numbers, they do not change.
 When the owner overwrites its oldest row it calls :meth:`FrameStore.release_before`,
@@ -53,6 +53,8 @@ channel-last): one native call per batch.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,8 +86,10 @@ DETECT_MAX_PUTS = 32
 MAX_DEPTH = 254
 #: the ``pad`` of a stack never written: more padding than any stack has frames
 UNWRITTEN = 255
-#: frames per row the ring starts with (Atari stacks share all but one frame)
-_START_FRAMES_PER_ROW = 1
+#: frames per row the ring starts with: Atari stacks share all but one frame, and each
+#: episode adds one more (its first frame); the ring grows by half when that is short
+_START_FRAMES_PER_ROW = 1.25
+_GROWTH = 1.5
 _WRAP = 1 << 32  # slots hold global frame numbers modulo this
 
 
@@ -154,8 +158,27 @@ def _bitwise_comparable(dtype: np.dtype) -> bool:
     return dtype.kind not in "fc" or dtype.itemsize in (1, 2, 4, 8)
 
 
+def _libc_memcmp() -> Any:
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or None).memcmp
+    except (OSError, AttributeError):  # pragma: no cover - every libc has memcmp
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+_memcmp = _libc_memcmp()
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """``a`` and ``b`` bit-identical (two copies and a memcmp beat ``array_equal`` 2x on 28 KB)."""
+    """``a`` and ``b`` (same shape and dtype) bit-identical.
+
+    Contiguous arrays are compared in place with libc's memcmp (4x faster than
+    two ``tobytes`` copies and a compare, on a 28 KB stack); others by their bytes.
+    """
+    if _memcmp is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+        return a.nbytes == b.nbytes and _memcmp(a.ctypes.data, b.ctypes.data, a.nbytes) == 0
     return _bits(a).tobytes() == _bits(b).tobytes()
 
 
@@ -334,7 +357,7 @@ class FrameStore:
     def _decide(self, layout: StackLayout) -> None:
         """Fix the layout, build the ring, and store what waited for it."""
         self.layout = layout
-        start = (self.n_rows + 1) * _START_FRAMES_PER_ROW + layout.depth + 2 * self.chunk_len
+        start = int((self.n_rows + 1) * _START_FRAMES_PER_ROW) + layout.depth + 2 * self.chunk_len
         self.F = min(self._round(start), self.max_ring_frames)
         tier = self.tier() if callable(self.tier) and not isinstance(self.tier, Tier) else self.tier
         self.array = ChunkedArray(
@@ -435,10 +458,10 @@ class FrameStore:
         self.heads[e] = g + m
 
     def _grow(self, need: int) -> None:
-        """Double the ring (at least to ``need`` frames per env), keeping every live chunk."""
+        """Grow the ring by half (at least to ``need`` frames per env), keeping every live chunk."""
         arr, L, old = self.array, self.chunk_len, self.F
         assert arr is not None
-        new = min(max(self._round(need), 2 * old), self.max_ring_frames)
+        new = min(max(self._round(need), self._round(int(_GROWTH * old))), self.max_ring_frames)
         if new < need:  # pragma: no cover - the worst-case bound makes this unreachable
             raise RuntimeError(f"{self.name}: a stream needs {need} live frames, over its bound {new}")
         src, dst = [], []
@@ -501,19 +524,20 @@ class FrameStore:
     def frame_ids(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
         """Item ids in the frame array of stacks ``[which, rows, envs]``: ``(n, depth)``, -1 = zeros.
 
-        ``which`` is an int or an int array like ``rows``; all in range.
+        ``which``, ``rows`` and ``envs`` broadcast together (int64, in range).
         """
         lay = self.ensure_layout()
         k, F = lay.depth, self.F
-        slots = self.slots[which, rows, envs]
-        pads = self.pads[which, rows, envs]
         heads = self.heads[envs]
         # the newest frame's global number, from its low 32 bits and the stream head
-        newest = heads - ((heads - slots) % _WRAP)
-        ids = newest[:, None] + np.arange(1 - k, 1)
-        ids %= F
-        ids += envs[:, None] * F
-        ids[np.arange(k) < pads[:, None]] = -1
+        ids = heads - ((heads - self.slots[which, rows, envs]) % _WRAP)
+        ids += envs * F - ids // F * F  # its item: env region + position in the ring
+        if k > 1:
+            ids = ids[:, None] + np.arange(1 - k, 1)
+            ids[ids < (envs * F)[:, None]] += F  # frames of a stack can wrap around the ring
+        else:
+            ids = ids[:, None]
+        ids[np.arange(k) < self.pads[which, rows, envs][:, None]] = -1
         return ids
 
     def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[np.ndarray]:
@@ -530,9 +554,15 @@ class FrameStore:
             out = np.empty((m * n, *self.obs_shape), self.dtype)
             if n:
                 envs = np.asarray(envs, np.int64)
-                ids = np.concatenate([self.frame_ids(w, r, envs) for w, r in requests])
+                if m == 1:
+                    which, rows = requests[0]
+                else:  # all requests in one vectorised pass
+                    which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
+                    for i, (w, r) in enumerate(requests):
+                        which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
+                    envs = np.tile(envs, m)
                 assert self.array is not None
-                self.array.take_into(ids, lay.split(out))
+                self.array.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
 
     # -- sizes -----------------------------------------------------------------------

@@ -157,30 +157,47 @@ class _CompressedReplayMixin:
 
     # -- writing ---------------------------------------------------------------------------
     def _coerce(self, obs: Any, name: str) -> dict[Any, np.ndarray]:
+        if None in self._stores:  # the common case: one key
+            fs = self._stores[None]
+            return {None: coerce_obs(obs, (self.n_envs, *fs.obs_shape), fs.dtype, name,
+                                     reshape=isinstance(self.observation_space, spaces.Discrete))}
+        if not isinstance(obs, dict):
+            raise ValueError(f"{name}: expected a dict with keys {list(self._stores)}, got {type(obs).__name__}")
         out = {}
         for key, sub in self._subspaces().items():
-            if key is not None and not isinstance(obs, dict):
-                raise ValueError(f"{name}: expected a dict with keys {list(self._stores)}, got {type(obs).__name__}")
-            if key is not None and key not in obs:
+            if key not in obs:
                 raise ValueError(f"{name}: missing key {key!r}")
-            x = obs if key is None else obs[key]
-            label = name if key is None else f"{name}[{key!r}]"
-            shape = (self.n_envs, *self._key_shape(key))
-            out[key] = coerce_obs(x, shape, self._stores[key].dtype, label, reshape=isinstance(sub, spaces.Discrete))
+            fs = self._stores[key]
+            out[key] = coerce_obs(obs[key], (self.n_envs, *fs.obs_shape), fs.dtype, f"{name}[{key!r}]",
+                                  reshape=isinstance(sub, spaces.Discrete))
         return out
 
-    def _small_values(self, action: Any, reward: Any, done: Any, infos: list[dict[str, Any]]) -> list[Any]:
+    def _small_values(self, action: Any, reward: Any, done: Any, infos: list[dict[str, Any]]) -> list[np.ndarray]:
+        """SB3's small values as the rows ``add()`` will store, converted (so checked) before any write."""
         action = np.asarray(action)
         if action.size != self.n_envs * self.action_dim:
             raise ValueError(f"action: expected {self.n_envs * self.action_dim} values "
                              f"(n_envs={self.n_envs}, action_dim={self.action_dim}), got shape {action.shape}")
-        values = [action.reshape((self.n_envs, self.action_dim)), np.array(reward), np.array(done)]
+        values = [action.reshape((self.n_envs, self.action_dim)), reward, done]
+        names = [("actions", "action"), ("rewards", "reward"), ("dones", "done")]
         if self.handle_timeout_termination:
-            values.append(np.array([info.get("TimeLimit.truncated", False) for info in infos]))
-        for name, v in zip(("reward", "done", "infos"), values[1:], strict=False):
-            if v.ndim > 1 or v.size not in (1, self.n_envs):  # what broadcasting to (n_envs,) accepts
-                raise ValueError(f"{name}: expected shape ({self.n_envs},), got shape {v.shape}")
-        return values
+            if len(infos) != self.n_envs:
+                raise ValueError(f"infos: expected {self.n_envs} dicts, got {len(infos)}")
+            values.append([info.get("TimeLimit.truncated", False) for info in infos])
+            names.append(("timeouts", "infos"))
+        rows = []
+        for (attr, name), v in zip(names, values, strict=True):
+            like = getattr(self, attr)[0]
+            arr = np.asarray(v)
+            if arr.ndim > like.ndim or (arr.shape and arr.shape[0] not in (1, like.shape[0])):
+                raise ValueError(f"{name}: expected shape {like.shape}, got shape {arr.shape}")
+            row = np.empty_like(like)
+            try:  # SB3 assigns np.array(value) into its array: the same casts, checked here first
+                row[...] = arr
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{name}: cannot store {v!r} as {like.dtype}: {e}") from None
+            rows.append(row)
+        return rows
 
     def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
             infos: list[dict[str, Any]]) -> None:

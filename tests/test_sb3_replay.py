@@ -296,6 +296,8 @@ def test_bad_input_raises_and_leaves_buffer_unchanged():
         ((obs.astype(np.int64) + 256, nxt, a, r, d, infos), "expected dtype uint8, got dtype int64"),
         ((obs, nxt, a, np.zeros(3, np.float32), d, infos), r"reward: expected shape \(1,\)"),
         ((obs, nxt, np.zeros(5), r, d, infos), "action"),
+        ((obs, nxt, a, "abc", d, infos), "reward: cannot store 'abc'"),
+        ((obs, nxt, a, r, d, []), "infos: expected 1 dicts"),
     ]
     for args, match in bad_inputs:
         with pytest.raises(ValueError, match=match):
