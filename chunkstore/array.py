@@ -227,6 +227,7 @@ class ChunkedArray:
         self._version = np.zeros(n, dtype=np.uint32)
         self._open: OrderedDict[int, np.ndarray] = OrderedDict()
         self._open_table: tuple[np.ndarray, np.ndarray] | None = None  # (chunks, addresses)
+        self._spare: list[np.ndarray] = []  # buffers of sealed chunks, reused for the next open ones
         self._cbytes_sealed = 0
         self._raw_sealed = 0
         self._scratch = threading.local()
@@ -318,6 +319,17 @@ class ChunkedArray:
             self._setitem(key, value)
 
     def _setitem(self, key: Any, value: Any) -> None:
+        if isinstance(key, (int, np.integer)):  # the appender's case: one item into an open chunk
+            i = self._check_index(int(key))
+            c, r = divmod(i, self.chunk_len)
+            buf = self._open.get(c)
+            v = np.asarray(value)
+            if buf is not None and v.dtype == self.dtype and v.shape == self.item_shape:
+                buf[r] = v
+                self._open.move_to_end(c)
+                if r == len(buf) - 1:
+                    self._seal(c)
+                return
         if isinstance(key, tuple):
             if len(key) == 1:
                 key = key[0]
@@ -420,6 +432,9 @@ class ChunkedArray:
         if self._seg[c] >= 0:  # decode fills every row: no zero fill first
             buf = self._decoded_copy(c)
             self._drop_sealed(c)
+        elif self._spare and self._rows(c) == self.chunk_len:
+            buf = self._spare.pop()  # a sealed chunk's buffer: no fresh pages to fault in
+            buf.fill(0)
         else:
             buf = np.zeros((self._rows(c), *self.item_shape), dtype=self.dtype)
         self._open[c] = buf
@@ -435,15 +450,18 @@ class ChunkedArray:
     def _seal(self, c: int) -> None:
         # the chunk leaves the open set only once its bytes are safely in the tier:
         # if the put fails (tier full, disk full) its items stay readable and writable
-        self._seal_from(c, self._open[c])
+        buf = self._seal_from(c, self._open[c])
         del self._open[c]
         self._open_table = None
+        if len(buf) == self.chunk_len and len(self._spare) < self.max_open:
+            self._spare.append(buf)
 
-    def _seal_from(self, c: int, raw: np.ndarray) -> None:
+    def _seal_from(self, c: int, raw: np.ndarray) -> np.ndarray:
         ref = self.tier.put(self.codec.encode(np.ascontiguousarray(raw)))
         if self._seg[c] >= 0:
             self._drop_sealed(c)
         self._store(c, ref)
+        return raw
 
     def _store(self, c: int, ref: ChunkRef) -> None:
         self._seg[c], self._off[c], self._len[c] = ref

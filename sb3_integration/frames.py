@@ -53,8 +53,6 @@ channel-last): one native call per batch.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -127,6 +125,25 @@ class StackLayout:
             return x.reshape(n, self.depth, self.width, *shp[1:])
         return np.moveaxis(x.reshape(n, *shp[:-1], self.depth, self.width), -2, 1)
 
+    @property
+    def older(self) -> tuple[slice, ...]:
+        """Index of a stack's frames but the newest, along the stack axis."""
+        return self._along(slice(None, -self.width))
+
+    @property
+    def newer(self) -> tuple[slice, ...]:
+        """Index of a stack's frames but the oldest, along the stack axis."""
+        return self._along(slice(self.width, None))
+
+    def _along(self, s: slice) -> tuple[slice, ...]:
+        if self.axis is None:
+            return (s,)
+        return (s,) if self.axis == 0 else (Ellipsis, s)  # type: ignore[return-value]
+
+    def frames(self, stack: np.ndarray, start: int) -> np.ndarray:
+        """Frames ``start..depth-1`` of one stack as ``(m, *frame_shape)``."""
+        return self.split(stack[None])[0, start:]
+
     def describe(self) -> str:
         if self.axis is None:
             return "whole observations (no stacking detected)"
@@ -158,27 +175,13 @@ def _bitwise_comparable(dtype: np.dtype) -> bool:
     return dtype.kind not in "fc" or dtype.itemsize in (1, 2, 4, 8)
 
 
-def _libc_memcmp() -> Any:
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or None).memcmp
-    except (OSError, AttributeError):  # pragma: no cover - every libc has memcmp
-        return None
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-    return fn
-
-
-_memcmp = _libc_memcmp()
-
-
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """``a`` and ``b`` (same shape and dtype) bit-identical.
 
-    Contiguous arrays are compared in place with libc's memcmp (4x faster than
-    two ``tobytes`` copies and a compare, on a 28 KB stack); others by their bytes.
+    Two ``tobytes`` copies and a compare: measured fastest from Python on a 28 KB
+    stack (2.0 us, against 3.0 for a uint64 ``==``, 4.5 for memcmp through ctypes
+    and 4.7 for ``np.array_equal``).
     """
-    if _memcmp is not None and a.flags.c_contiguous and b.flags.c_contiguous:
-        return a.nbytes == b.nbytes and _memcmp(a.ctypes.data, b.ctypes.data, a.nbytes) == 0
     return _bits(a).tobytes() == _bits(b).tobytes()
 
 
@@ -407,22 +410,24 @@ class FrameStore:
         lay, last = self.layout, self.last
         assert lay is not None and last is not None
         k = lay.depth
-        xs = lay.split(x)
-        ls = lay.split(last)
+        older, newer = lay.older, lay.newer
         for e in range(self.n_envs):
+            xe = x[e]
             if self.dedup and self.has_last[e]:
-                if _same(x[e], last[e]):
+                le = last[e]
+                if _same(xe, le):
                     self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
                     continue
-                if k > 1 and _same(xs[e, :-1], ls[e, 1:]):
-                    self._append(e, xs[e, k - 1:])
-                    self._remember(which, row, e, x[e], max(int(self.last_pad[e]) - 1, 0))
+                if k > 1 and _same(xe[older], le[newer]):
+                    self._append(e, lay.frames(xe, k - 1))
+                    self._remember(which, row, e, xe, max(int(self.last_pad[e]) - 1, 0))
                     continue
+            xs = lay.split(x[e:e + 1])[0]
             pad = 0
-            while pad < k and _is_zero(xs[e, pad]):
+            while pad < k and _is_zero(xs[pad]):
                 pad += 1
-            self._append(e, xs[e, pad:])
-            self._remember(which, row, e, x[e], pad)
+            self._append(e, xs[pad:])
+            self._remember(which, row, e, xe, pad)
         self.used[which] = True
 
     def _remember(self, which: int, row: int, e: int, x: np.ndarray, pad: int) -> None:

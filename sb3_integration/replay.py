@@ -173,30 +173,30 @@ class _CompressedReplayMixin:
         return out
 
     def _small_values(self, action: Any, reward: Any, done: Any, infos: list[dict[str, Any]]) -> list[np.ndarray]:
-        """SB3's small values as the rows ``add()`` will store, converted (so checked) before any write."""
+        """SB3's small values as ``add()`` will store them, converted (so checked) before any write.
+
+        The conversions are the casts SB3's assignments make (float64 rewards round to
+        float32, float actions truncate to an integer action dtype), done up front.
+        """
+        n = self.n_envs
         action = np.asarray(action)
-        if action.size != self.n_envs * self.action_dim:
-            raise ValueError(f"action: expected {self.n_envs * self.action_dim} values "
-                             f"(n_envs={self.n_envs}, action_dim={self.action_dim}), got shape {action.shape}")
-        values = [action.reshape((self.n_envs, self.action_dim)), reward, done]
-        names = [("actions", "action"), ("rewards", "reward"), ("dones", "done")]
+        if action.size != n * self.action_dim:
+            raise ValueError(f"action: expected {n * self.action_dim} values "
+                             f"(n_envs={n}, action_dim={self.action_dim}), got shape {action.shape}")
+        rows = [action.reshape((n, self.action_dim)), reward, done]
+        names = ["action", "reward", "done"]
         if self.handle_timeout_termination:
-            if len(infos) != self.n_envs:
-                raise ValueError(f"infos: expected {self.n_envs} dicts, got {len(infos)}")
-            values.append([info.get("TimeLimit.truncated", False) for info in infos])
-            names.append(("timeouts", "infos"))
-        rows = []
-        for (attr, name), v in zip(names, values, strict=True):
-            like = getattr(self, attr)[0]
-            arr = np.asarray(v)
-            if arr.ndim > like.ndim or (arr.shape and arr.shape[0] not in (1, like.shape[0])):
-                raise ValueError(f"{name}: expected shape {like.shape}, got shape {arr.shape}")
-            row = np.empty_like(like)
-            try:  # SB3 assigns np.array(value) into its array: the same casts, checked here first
-                row[...] = arr
+            if len(infos) != n:
+                raise ValueError(f"infos: expected {n} dicts, got {len(infos)}")
+            rows.append([info.get("TimeLimit.truncated", False) for info in infos])
+            names.append("infos")
+        for i, name in enumerate(names):
+            try:
+                rows[i] = np.asarray(rows[i]).astype(self.actions.dtype if i == 0 else np.float32, copy=False)
             except (ValueError, TypeError) as e:
-                raise ValueError(f"{name}: cannot store {v!r} as {like.dtype}: {e}") from None
-            rows.append(row)
+                raise ValueError(f"{name}: cannot store {rows[i]!r}: {e}") from None
+            if i and (rows[i].ndim > 1 or rows[i].size not in (1, n)):  # what broadcasting to (n_envs,) accepts
+                raise ValueError(f"{name}: expected shape ({n},), got shape {rows[i].shape}")
         return rows
 
     def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
@@ -204,7 +204,7 @@ class _CompressedReplayMixin:
         """SB3's ``add``; raises ValueError (and changes nothing) on a wrong shape or a lossy dtype."""
         obs_in, next_in = self._coerce(obs, "obs"), self._coerce(next_obs, "next_obs")
         small = self._small_values(action, reward, done, infos)
-        if self.full:
+        if self.full and self.pos % self.chunk_len == 0:  # frees whole chunks: once per chunk of rows
             for store in self._stores.values():
                 store.release_before((self.pos + 1) % self.buffer_size)
         for key, store in self._stores.items():
