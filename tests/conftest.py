@@ -13,3 +13,15 @@ def one_torch_thread():
     th.set_num_threads(1)
     yield
     th.set_num_threads(before)
+
+
+@pytest.fixture(params=["native", "python"])
+def read_path(request):
+    """Run a test on the native read path and again with it forced off (the Python fallback)."""
+    from chunkstore import native
+
+    if request.param == "python":
+        with native.disabled():
+            yield request.param
+    else:
+        yield request.param

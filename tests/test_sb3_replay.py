@@ -146,7 +146,7 @@ def test_synthetic_spaces_equal_sb3(space_name, n_envs):
 @pytest.mark.parametrize("n_envs", [1, 4])
 @pytest.mark.parametrize(("opt", "timeouts"), [(False, True), (False, False), (True, False)])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_frame_stacks_equal_sb3(n_envs, opt, timeouts, channels_last):
+def test_frame_stacks_equal_sb3(n_envs, opt, timeouts, channels_last, read_path):
     frame = (6, 5, 3) if channels_last else (1, 6, 5)
     shape = (6, 5, 12) if channels_last else (4, 6, 5)
     space = spaces.Box(0, 255, shape, np.uint8)
@@ -166,7 +166,7 @@ def test_frame_stacks_equal_sb3(n_envs, opt, timeouts, channels_last):
 
 @pytest.mark.parametrize("n_envs", [1, 3])
 @pytest.mark.parametrize("timeouts", [True, False])
-def test_dict_spaces_equal_sb3(n_envs, timeouts):
+def test_dict_spaces_equal_sb3(n_envs, timeouts, read_path):
     space = spaces.Dict({
         "img": spaces.Box(0, 255, (4, 6, 5), np.uint8),
         "vec": spaces.Box(-1, 1, (3,), np.float32),
@@ -183,14 +183,14 @@ def test_dict_spaces_equal_sb3(n_envs, timeouts):
 @pytest.mark.parametrize(("n_steps", "gamma"), [(1, 0.99), (3, 0.99), (5, 0.9)])
 @pytest.mark.parametrize("n_envs", [1, 2])
 @pytest.mark.parametrize("timeouts", [True, False])
-def test_nstep_equal_sb3(n_steps, gamma, n_envs, timeouts):
+def test_nstep_equal_sb3(n_steps, gamma, n_envs, timeouts, read_path):
     space, act = SPACES["box_f32"], ACTIONS["discrete"]
     ref, ours = make_pair("nstep", 20 * n_envs, space, act, n_envs=n_envs, n_steps=n_steps, gamma=gamma,
                           handle_timeout_termination=timeouts)
     drive(ref, ours, random_transitions(space, act, 60, n_envs, ep_len=6))
 
 
-def test_real_atari_short_equal_sb3():
+def test_real_atari_short_equal_sb3(read_path):
     tr = collect_atari("Breakout", 500, max_episode_steps=320)
     assert tr.dones.any() and tr.truncations > 0
     space = spaces.Box(0, 255, tr.obs.shape[2:], np.uint8)

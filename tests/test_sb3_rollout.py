@@ -184,7 +184,7 @@ def check_equivalence(obs_space, act_space, T, n_envs, batch_size, seed=0, **kw)
 @pytest.mark.parametrize("space", list(SPACES))
 @pytest.mark.parametrize("n_envs", [1, 4])
 @pytest.mark.parametrize("batch_size", [None, 64])
-def test_get_equivalence(space, n_envs, batch_size):
+def test_get_equivalence(space, n_envs, batch_size, read_path):
     check_equivalence(SPACES[space], spaces.Discrete(3), 32, n_envs, batch_size)
 
 
@@ -221,7 +221,7 @@ def test_get_equivalence_multibinary_actions_and_whole_observations():
 
 @pytest.mark.parametrize("n_envs", [1, 4])
 @pytest.mark.parametrize("batch_size", [None, 64])
-def test_dict_get_equivalence(n_envs, batch_size):
+def test_dict_get_equivalence(n_envs, batch_size, read_path):
     space = spaces.Dict(
         {"img": IMG_CF, "vec": SPACES["float"], "d": spaces.Discrete(4), "flag": SPACES["bool"]}
     )
@@ -495,7 +495,7 @@ def test_ppo_dict_parameters_identical():
 
 # -- real Atari --------------------------------------------------------------------------------
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_atari_get_equivalence(channels_last):
+def test_atari_get_equivalence(channels_last, read_path):
     tr = collect_atari("Pong", 96, n_envs=4, seed=1, channels_last=channels_last)
     space = spaces.Box(0, 255, tr.obs.shape[2:], np.uint8)
     T, n_envs = 64, 4
