@@ -8,12 +8,16 @@ Streams. Per env, frames are appended to a *stream* and numbered by a global
 frame number ``g`` (0, 1, 2, ... since the last :meth:`FrameStore.clear`). A stored
 observation ("stack") is two small numbers:
 
-* ``slot`` (uint32): ``g mod 2**32`` of its newest frame, and
+* where its newest frame ``g`` is, and
 * ``pad`` (uint8): how many leading frames are all-zero and not stored,
 
 because the frames of a stack are consecutive in the stream: frame ``j`` of the
 stack (``pad <= j < depth``) is frame ``g - (depth - 1) + j``. Several kinds of
-stack (``which``: :data:`OBS`, :data:`NEXT`) can be kept per row.
+stack (``which``: :data:`OBS`, :data:`NEXT`) can be kept per row. The first
+kind's ``g`` is held as ``g mod 2**32`` (uint32, ``slots``); every other kind's
+as a uint8 ``delta`` from the first kind's of the same row (a next observation is
+0 to ``depth`` frames after its observation), with the rare larger distance kept
+aside. That is 7 bytes of index per replay transition instead of 10.
 
 Writing a stack ``x`` for env ``e`` compares it with the last stack stored for
 that env (a kept copy), bit for bit (floats by their bit patterns, so ``-0.0``
@@ -70,6 +74,7 @@ __all__ = [
     "NEXT",
     "OBS",
     "UNWRITTEN",
+    "FAR",
     "FrameStore",
     "FrameStoreState",
     "StackLayout",
@@ -84,6 +89,8 @@ DETECT_MAX_PUTS = 32
 MAX_DEPTH = 254
 #: the ``pad`` of a stack never written: more padding than any stack has frames
 UNWRITTEN = 255
+#: a ``delta`` too large for a uint8: the frame number is kept aside
+FAR = 255
 #: frames per row the ring starts with: Atari stacks share all but one frame, and each
 #: episode adds one more (its first frame); the ring grows by half when that is short
 _START_FRAMES_PER_ROW = 1.25
@@ -227,6 +234,8 @@ class FrameStoreState:
     layout: StackLayout | None
     ring_frames: int | None
     slots: np.ndarray
+    deltas: np.ndarray
+    far: np.ndarray
     pads: np.ndarray
     heads: np.ndarray
     released: np.ndarray
@@ -319,8 +328,11 @@ class FrameStore:
         self.axis_order = tuple(axis_order)
         self.name = name
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
-        # descriptors [which, row, env]; an unwritten stack is all padding, so it reads as zeros
-        self.slots = np.zeros((self.stacks_per_row, self.n_rows, self.n_envs), np.uint32)
+        # descriptors: where the newest frame of stack [which, row, env] is (see the module
+        # docstring), and its padding; an unwritten stack is all padding, so it reads as zeros
+        self.slots = np.zeros((self.n_rows, self.n_envs), np.uint32)
+        self.deltas = np.zeros((self.stacks_per_row - 1, self.n_rows, self.n_envs), np.uint8)
+        self.far: dict[tuple[int, int, int], int] = {}  # deltas of FAR: (which, row, env) -> g mod 2**32
         self.pads = np.full((self.stacks_per_row, self.n_rows, self.n_envs), UNWRITTEN, np.uint8)
         self.used = [False] * self.stacks_per_row
         self.layout: StackLayout | None = None
@@ -393,6 +405,12 @@ class FrameStore:
             else:
                 self._put(which, row, x)
 
+    def put_row(self, row: int, stacks: Sequence[np.ndarray]) -> None:
+        """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers."""
+        with self._lock:
+            for which, x in enumerate(stacks):
+                self.put(which, row, x)
+
     def _put_pending(self, which: int, row: int, x: np.ndarray) -> None:
         prev = self._pending[-1][2] if self._pending else None
         self._pending.append((which, row, np.array(x, copy=True)))
@@ -439,8 +457,31 @@ class FrameStore:
         self._describe(which, row, e, newest, pad)
 
     def _describe(self, which: int, row: int, e: int, newest: int, pad: int) -> None:
-        self.slots[which, row, e] = newest % _WRAP
         self.pads[which, row, e] = pad
+        if which == 0:
+            self.slots[row, e] = newest % _WRAP
+            if self.stacks_per_row > 1:  # the other kinds were relative to the old first stack
+                self.pads[1:, row, e] = UNWRITTEN
+                if self.far:
+                    for w in range(1, self.stacks_per_row):
+                        self.far.pop((w, row, e), None)
+            return
+        delta = newest - self._newest(0, row, e) if self.pads[0, row, e] != UNWRITTEN else FAR
+        if 0 <= delta < FAR:
+            self.deltas[which - 1, row, e] = delta
+            if self.far:
+                self.far.pop((which, row, e), None)
+        else:
+            self.deltas[which - 1, row, e] = FAR
+            self.far[(which, row, e)] = newest % _WRAP
+
+    def _newest(self, which: int, row: int, e: int) -> int:
+        """Global frame number of the newest frame of a written stack."""
+        head = int(self.heads[e])
+        if which and self.deltas[which - 1, row, e] != FAR:
+            return self._newest(0, row, e) + int(self.deltas[which - 1, row, e])
+        low = self.far[(which, row, e)] if which else int(self.slots[row, e])
+        return head - ((head - low) % _WRAP)
 
     def _append(self, e: int, frames: np.ndarray) -> None:
         """Append ``frames`` (``(m, *frame_shape)``) to env ``e``'s stream: one copy into the open chunk."""
@@ -489,12 +530,10 @@ class FrameStore:
             k, L = self.layout.depth, self.chunk_len
             used = [w for w in range(self.stacks_per_row) if self.used[w]]
             for e in range(self.n_envs):
-                head = int(self.heads[e])
-                low = head - k
+                low = int(self.heads[e]) - k
                 for w in used:
                     if self.pads[w, row, e] != UNWRITTEN:
-                        newest = head - 1 - ((head - 1 - int(self.slots[w, row, e])) % _WRAP)
-                        low = min(low, newest - (k - 1))
+                        low = min(low, self._newest(w, row, e) - (k - 1))
                 aligned = max(low, 0) // L * L
                 if aligned > self.released[e]:
                     self._free(e, int(self.released[e]), aligned)
@@ -520,6 +559,8 @@ class FrameStore:
             if self.array is not None:
                 self.array.clear()
             self.slots[...] = 0
+            self.deltas[...] = 0
+            self.far.clear()
             self.pads[...] = UNWRITTEN
             self.used = [False] * self.stacks_per_row
             self._pending = []
@@ -535,7 +576,15 @@ class FrameStore:
         k, F = lay.depth, self.F
         heads = self.heads[envs]
         # the newest frame's global number, from its low 32 bits and the stream head
-        ids = heads - ((heads - self.slots[which, rows, envs]) % _WRAP)
+        ids = heads - ((heads - self.slots[rows, envs]) % _WRAP)
+        if self.stacks_per_row > 1 and np.any(which):
+            w = np.broadcast_to(np.asarray(which, np.int64), ids.shape)
+            delta = np.where(w > 0, self.deltas[np.maximum(w - 1, 0), rows, envs], 0)
+            ids += delta
+            for i in np.flatnonzero(delta == FAR).tolist():  # rare: kept aside
+                key = (int(w[i]), int(rows[i]), int(envs[i]))
+                if key in self.far:
+                    ids[i] = heads[i] - ((heads[i] - self.far[key]) % _WRAP)
         ids += envs * F - ids // F * F  # its item: env region + position in the ring
         if k > 1:
             ids = ids[:, None] + np.arange(1 - k, 1)
@@ -573,9 +622,9 @@ class FrameStore:
     # -- sizes -----------------------------------------------------------------------
     @property
     def index_nbytes(self) -> int:
-        """Descriptors (a uint32 slot and a uint8 pad per stack) and the kept last stacks."""
+        """Descriptors (slots, deltas, pads, the rare far deltas) and the kept last stacks."""
         last = self.last.nbytes if self.last is not None else 0
-        return self.slots.nbytes + self.pads.nbytes + last
+        return self.slots.nbytes + self.deltas.nbytes + self.pads.nbytes + 32 * len(self.far) + last
 
     @property
     def nbytes_stored(self) -> int:
@@ -615,7 +664,8 @@ class FrameStore:
                 obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
                 stacks_per_row=self.stacks_per_row, dedup=self.dedup, layout=self.layout,
                 ring_frames=self.F if self.layout is not None else None,
-                slots=self.slots, pads=self.pads, heads=self.heads, released=self.released,
+                slots=self.slots, deltas=self.deltas, far=_far_array(self.far), pads=self.pads,
+                heads=self.heads, released=self.released,
                 last_slot=self.last_slot, last_pad=self.last_pad, has_last=self.has_last,
                 last=self.last, used=list(self.used), frames=self.array, pending=list(self._pending),
             )
@@ -632,15 +682,23 @@ class FrameStore:
             raise ValueError(f"{self.name}: saved as {got}, this store is {want} "
                              "(obs_shape, dtype, rows, envs, stacks per row, dedup)")
         n, spr = self.n_envs, self.stacks_per_row
-        _check(state.slots, (spr, self.n_rows, n), np.uint32, "slots")
+        _check(state.slots, (self.n_rows, n), np.uint32, "slots")
+        _check(state.deltas, (spr - 1, self.n_rows, n), np.uint8, "deltas")
+        _check(state.far, (len(state.far), 4), np.int64, "far")
         _check(state.pads, (spr, self.n_rows, n), np.uint8, "pads")
+        far = state.far
+        if far.size and (far[:, 0].min() < 1 or far[:, 0].max() >= spr or far[:, 1].min() < 0
+                         or far[:, 1].max() >= self.n_rows or far[:, 2].min() < 0 or far[:, 2].max() >= n
+                         or far[:, 3].min() < 0 or far[:, 3].max() >= _WRAP):
+            raise ValueError(f"{self.name}: far deltas out of range")
         for name in ("heads", "released", "last_slot", "last_pad"):
             _check(getattr(state, name), (n,), np.int64, name)
         _check(state.has_last, (n,), np.bool_, "has_last")
         if np.any(state.heads < 0) or np.any(state.released < 0) or np.any(state.released > state.heads):
             raise ValueError(f"{self.name}: stream positions out of range")
         with self._lock:
-            self.slots, self.pads = state.slots, state.pads
+            self.slots, self.deltas, self.pads = state.slots, state.deltas, state.pads
+            self.far = {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()}
             self.heads, self.released = state.heads, state.released
             self.last_slot, self.last_pad, self.has_last = state.last_slot, state.last_pad, state.has_last
             self.used = [bool(u) for u in state.used]
@@ -667,7 +725,7 @@ class FrameStore:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_lock"]
-        for name in ("slots", "pads"):
+        for name in ("slots", "deltas", "pads"):
             state[name] = pack_array(state[name])
         if callable(state["tier"]) or isinstance(state["tier"], Tier):
             state["tier"] = None  # a tier is live storage; the pickle holds the chunks themselves
@@ -676,7 +734,7 @@ class FrameStore:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        for name in ("slots", "pads"):
+        for name in ("slots", "deltas", "pads"):
             state[name] = unpack_array(state[name])
         self.__dict__.update(state)
         self._lock = threading.RLock()
@@ -686,6 +744,10 @@ class FrameStore:
         self.cache = cache
         if self.array is not None:
             self.array.cache = cache if isinstance(cache, LRUChunkCache) else None
+
+
+def _far_array(far: dict[tuple[int, int, int], int]) -> np.ndarray:
+    return np.array([[w, r, e, g] for (w, r, e), g in sorted(far.items())], np.int64).reshape(-1, 4)
 
 
 def _check(a: Any, shape: tuple[int, ...], dtype: Any, name: str) -> None:

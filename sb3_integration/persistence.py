@@ -83,7 +83,7 @@ import numpy as np
 
 from chunkstore import ChunkedArray, ChunkstoreError, FormatError, Tier
 from chunkstore import format as fmt
-from sb3_integration.frames import FrameStoreState, StackLayout
+from sb3_integration.frames import FAR, UNWRITTEN, FrameStoreState, StackLayout
 
 __all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayState", "read_replay", "write_replay"]
 
@@ -127,7 +127,7 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
             arrays[f"{prefix}/frames"] = fs.frames
             assert fs.last is not None
             extras[f"{prefix}/last"] = fs.last
-        for name in ("slots", "pads", "has_last", *_STREAMS):
+        for name in ("slots", "deltas", "far", "pads", "has_last", *_STREAMS):
             extras[f"{prefix}/{name}"] = getattr(fs, name)
         if fs.pending:
             extras[f"{prefix}/pending_which"] = np.array([w for w, _, _ in fs.pending], np.int64)
@@ -229,7 +229,8 @@ def _store_state(store: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> Fram
         obs_shape=obs_shape, dtype=np.dtype(meta["dtype"]), n_rows=int(meta["n_rows"]),
         n_envs=int(meta["n_envs"]), stacks_per_row=int(meta["stacks_per_row"]), dedup=bool(meta["dedup"]),
         layout=layout, ring_frames=meta["ring_frames"],
-        slots=_extra(store, f"{prefix}/slots"), pads=_extra(store, f"{prefix}/pads"),
+        slots=_extra(store, f"{prefix}/slots"), deltas=_extra(store, f"{prefix}/deltas"),
+        far=_extra(store, f"{prefix}/far"), pads=_extra(store, f"{prefix}/pads"),
         heads=_extra(store, f"{prefix}/heads"), released=_extra(store, f"{prefix}/released"),
         last_slot=_extra(store, f"{prefix}/last_slot"), last_pad=_extra(store, f"{prefix}/last_pad"),
         has_last=_extra(store, f"{prefix}/has_last"),
@@ -240,26 +241,34 @@ def _store_state(store: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> Fram
 
 
 def _state_v1(store: fmt.Store, attrs: Mapping[str, Any]) -> ReplayState:
-    """A layout-1 file: arguments flat in the attrs, slots as positions in the ring."""
+    """A layout-1 file: arguments flat in the attrs, slots as positions in the ring, no deltas."""
     names = ("buffer_size", "n_envs", "optimize_memory_usage", "handle_timeout_termination",
              "observation_space", "action_space", "compression_method", "chunk_len", "cache_bytes",
              "frame_dedup")
     arguments = {name: attrs[name] for name in names}
     if attrs.get("nstep") is not None:
         arguments.update(attrs["nstep"])
-    n_envs = int(attrs["n_envs"])
+    rows, n_envs = int(attrs["buffer_size"]), int(attrs["n_envs"])
     stores = {}
     for key, meta in attrs["stores"]:
         prefix = _prefix(key)
         spr = len(meta["used"])
-        fs = _store_state(store, prefix, {**meta, "n_rows": int(attrs["buffer_size"]), "n_envs": n_envs,
-                                          "stacks_per_row": spr})
-        if fs.layout is not None:  # ring position -> the global number of the newest frame
-            F = int(meta["ring_frames"])
-            heads = fs.heads.astype(np.int64)[None, None, :]
-            newest = heads - 1 - ((heads - 1 - fs.slots.astype(np.int64)) % F)
-            fs.slots = (newest % (1 << 32)).astype(np.uint32)
-        stores[key] = fs
+        ring = _extra(store, f"{prefix}/slots")  # (which, row, env): positions in the ring
+        heads = _extra(store, f"{prefix}/heads").astype(np.int64)
+        F = int(meta["ring_frames"] or 1)
+        newest = heads - 1 - ((heads - 1 - ring.astype(np.int64)) % F)  # global frame numbers
+        pads = _extra(store, f"{prefix}/pads")
+        delta = newest[1:] - newest[:1]
+        written = (pads[1:] != UNWRITTEN) & (pads[:1] != UNWRITTEN)
+        far_mask = written & ((delta < 0) | (delta >= FAR))
+        w, r, e = np.nonzero(far_mask)
+        far = np.stack([w + 1, r, e, newest[1:][far_mask] % (1 << 32)], axis=1).astype(np.int64)
+        extras = {**store.extras, f"{prefix}/slots": (newest[0] % (1 << 32)).astype(np.uint32),
+                  f"{prefix}/deltas": np.where(far_mask | ~written, FAR, delta.clip(0, FAR)).astype(np.uint8),
+                  f"{prefix}/far": far.reshape(-1, 4)}
+        view = fmt.Store(store.arrays, extras, store.attrs, store.path)
+        stores[key] = _store_state(view, prefix, {**meta, "n_rows": rows, "n_envs": n_envs,
+                                                  "stacks_per_row": spr})
     return ReplayState(
         buffer_class=str(attrs["buffer_class"]), arguments=arguments,
         pos=_int(attrs["pos"], "pos"), full=_bool(attrs["full"], "full"),

@@ -208,8 +208,7 @@ class _CompressedReplayMixin:
             for store in self._stores.values():
                 store.release_before((self.pos + 1) % self.buffer_size)
         for key, store in self._stores.items():
-            store.put(OBS, self.pos, obs_in[key])
-            store.put(NEXT, self.pos, next_in[key])
+            store.put_row(self.pos, (obs_in[key], next_in[key]))
         for name, value in zip(_SMALL_ARRAYS, small, strict=False):
             getattr(self, name)[self.pos] = value
         self.pos += 1
