@@ -70,11 +70,11 @@ from sb3_integration._common import pack_array, unpack_array
 
 __all__ = [
     "DETECT_MAX_PUTS",
+    "FAR",
     "MAX_DEPTH",
     "NEXT",
     "OBS",
     "UNWRITTEN",
-    "FAR",
     "FrameStore",
     "FrameStoreState",
     "StackLayout",

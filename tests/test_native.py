@@ -20,7 +20,15 @@ import torch as th
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkstore import ChunkedArray, CorruptChunkError, DeviceTier, DiskTier, HybridTier, MemoryTier, native
+from chunkstore import (
+    ChunkedArray,
+    CorruptChunkError,
+    DeviceTier,
+    DiskTier,
+    HybridTier,
+    MemoryTier,
+    native,
+)
 from chunkstore import format as fmt
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native layer: {native.unavailable_reason()}")

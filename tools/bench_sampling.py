@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import ensure_importable, env_info, fmt, md_table, save_results, try_import
+from _bench_common import ensure_importable, env_info, md_table, save_results, try_import
 
 ensure_importable()
 
@@ -245,12 +245,12 @@ def dqn_row(args: argparse.Namespace) -> dict[str, Any]:
         spent = [0.0]
         sample = model.replay_buffer.sample
 
-        def timed(*a: Any, _sample: Any = sample, **k: Any) -> Any:
+        def timed(*a: Any, _sample: Any = sample, _spent: list[float] = spent, **k: Any) -> Any:
             t0 = time.perf_counter()
             try:
                 return _sample(*a, **k)
             finally:
-                spent[0] += time.perf_counter() - t0
+                _spent[0] += time.perf_counter() - t0
 
         model.replay_buffer.sample = timed  # type: ignore[method-assign]
         t0 = time.perf_counter()
