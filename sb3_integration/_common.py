@@ -94,6 +94,7 @@ class StoreOptions:
 
 
 Reader = Callable[[np.ndarray, np.ndarray], np.ndarray]
+Writer = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
 # -- the ndarray-like view ---------------------------------------------------------------
@@ -145,10 +146,11 @@ class ObservationView:
     """
 
     def __init__(self, reader: Reader, shape: tuple[int, ...], dtype: Any, name: str = "observations",
-                 *, lead: np.ndarray | None = None) -> None:
+                 *, lead: np.ndarray | None = None, writer: Writer | None = None) -> None:
         if len(shape) < 2:
             raise ValueError(f"shape must start with (buffer_size, n_envs), got {shape}")
         self._reader = reader
+        self._writer = writer
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.name = name
@@ -194,53 +196,66 @@ class ObservationView:
         return key
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        if any(k is None for k in (key if isinstance(key, tuple) else (key,))):
+        found = self._resolve(key)
+        if found is None:
             return np.asarray(self)[key]
-        key = self._expand(key)
-        if self._lead is not None:
-            return self._getitem_mapped(key)
-        key = key + (slice(None),) * (2 - len(key)) if len(key) < 2 else key
-        first = np.asarray(key[0]) if not _is_basic(key[0]) else None
-        if first is not None and first.dtype == bool and first.ndim == 2:
-            if first.shape != self.shape[:2]:
-                raise IndexError(f"boolean index of shape {first.shape} does not match {self.shape[:2]}")
-            rows, envs = np.nonzero(first)
-            idx_shape: tuple[int, ...] = (len(rows),)
-            rest = key[1:]
-        else:
-            rows, adv0 = _axis_index(key[0], self.shape[0], 0)
-            envs, adv1 = _axis_index(key[1], self.shape[1], 1)
-            rest = key[2:]
-            if adv0 and adv1:
-                rows, envs = np.broadcast_arrays(rows, envs)
-            else:
-                rows = rows.reshape(rows.shape + (1,) * envs.ndim)
-                envs = envs.reshape((1,) * (rows.ndim - envs.ndim) + envs.shape)
-                rows, envs = np.broadcast_arrays(rows, envs)
-            idx_shape = rows.shape
-        return self._read(key, rows, envs, idx_shape, rest)
-
-    def _getitem_mapped(self, key: tuple[Any, ...]) -> np.ndarray:
-        assert self._lead is not None
-        lead_key, rest = key[: self._nlead], key[self._nlead :]
-        if not all(_is_basic(k) for k in rest):
-            return np.asarray(self)[key]
-        pairs = self._lead[lead_key]
-        return self._read(key, pairs[..., 0], pairs[..., 1], pairs.shape[:-1], rest)
-
-    def _read(self, key: tuple[Any, ...], rows: np.ndarray, envs: np.ndarray, idx_shape: tuple[int, ...],
-              rest: tuple[Any, ...]) -> np.ndarray:
-        if not all(_is_basic(k) for k in rest):
-            return np.asarray(self)[key]
-        data = self._reader(np.ascontiguousarray(rows).reshape(-1), np.ascontiguousarray(envs).reshape(-1))
+        rows, envs, idx_shape, rest = found
+        data = self._reader(rows, envs)
         if data.shape != idx_shape + self._item_shape:  # keep the reader's array itself when it fits
             data = data.reshape(idx_shape + self._item_shape)
         if any(not (isinstance(k, slice) and k == slice(None)) for k in rest):
             data = data[(slice(None),) * len(idx_shape) + tuple(rest)]
         return data
 
+    def _resolve(self, key: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], tuple[Any, ...]] | None:
+        """``key`` as flat (rows, envs), the shape of the leading result, and the item index.
+
+        None for keys served by materialising the whole array (``None``, advanced
+        indices past the leading axes).
+        """
+        if any(k is None for k in (key if isinstance(key, tuple) else (key,))):
+            return None
+        key = self._expand(key)
+        if self._lead is not None:
+            lead_key, rest = key[: self._nlead], key[self._nlead :]
+            pairs = self._lead[lead_key]
+            rows, envs, idx_shape = pairs[..., 0], pairs[..., 1], pairs.shape[:-1]
+        else:
+            key = key + (slice(None),) * (2 - len(key)) if len(key) < 2 else key
+            first = np.asarray(key[0]) if not _is_basic(key[0]) else None
+            if first is not None and first.dtype == bool and first.ndim == 2:
+                if first.shape != self.shape[:2]:
+                    raise IndexError(f"boolean index of shape {first.shape} does not match {self.shape[:2]}")
+                rows, envs = np.nonzero(first)
+                idx_shape = (len(rows),)
+                rest = key[1:]
+            else:
+                rows, adv0 = _axis_index(key[0], self.shape[0], 0)
+                envs, adv1 = _axis_index(key[1], self.shape[1], 1)
+                rest = key[2:]
+                if adv0 and adv1:
+                    rows, envs = np.broadcast_arrays(rows, envs)
+                else:
+                    rows = rows.reshape(rows.shape + (1,) * envs.ndim)
+                    envs = envs.reshape((1,) * (rows.ndim - envs.ndim) + envs.shape)
+                    rows, envs = np.broadcast_arrays(rows, envs)
+                idx_shape = rows.shape
+        if not all(_is_basic(k) for k in rest):
+            return None
+        return (np.ascontiguousarray(rows).reshape(-1), np.ascontiguousarray(envs).reshape(-1),
+                tuple(idx_shape), tuple(rest))
+
     def __setitem__(self, key: Any, value: Any) -> None:
-        raise TypeError(f"{self.name} of a compressed buffer is read-only; write through add()")
+        if self._writer is None:
+            raise TypeError(f"{self.name} of a compressed buffer is read-only; write through add()")
+        found = self._resolve(key)
+        if found is None:
+            raise IndexError(f"{self.name}: this kind of index cannot be assigned to; index the leading "
+                             "(row, env) axes with ints, slices or arrays")
+        rows, envs, idx_shape, rest = found
+        block = self._reader(rows, envs).reshape(idx_shape + self._item_shape).copy()
+        block[(slice(None),) * len(idx_shape) + rest] = value  # numpy's casting and broadcasting
+        self._writer(rows, envs, block.reshape(-1, *self._item_shape))
 
     def _pairs(self) -> np.ndarray:
         """(row, env) of every leading position, shape ``(*leading shape, 2)``."""
@@ -279,7 +294,7 @@ class ObservationView:
         lead = self._pairs().swapaxes(a, b)
         shape = list(self.shape)
         shape[a], shape[b] = shape[b], shape[a]
-        return ObservationView(self._reader, tuple(shape), self.dtype, self.name, lead=lead)
+        return ObservationView(self._reader, tuple(shape), self.dtype, self.name, lead=lead, writer=self._writer)
 
     def reshape(self, *shape: Any) -> ObservationView:
         """Reshape the leading axes; the observation shape must stay as it is."""
@@ -294,7 +309,8 @@ class ObservationView:
             raise ValueError(f"cannot reshape {self.name} of shape {self.shape} into {shape}: only "
                              f"the leading axes can change (observations are {item})")
         lead = np.ascontiguousarray(self._pairs()).reshape(*shape[: len(shape) - len(item)], 2)
-        return ObservationView(self._reader, tuple(int(d) for d in shape), self.dtype, self.name, lead=lead)
+        return ObservationView(self._reader, tuple(int(d) for d in shape), self.dtype, self.name, lead=lead,
+                               writer=self._writer)
 
 
 def stack_axis_order(space: Any) -> tuple[int, ...]:

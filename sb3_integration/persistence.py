@@ -103,7 +103,8 @@ class ReplayState:
     ``arguments`` are JSON-able constructor arguments (spaces as dicts);
     ``arrays`` are SB3's small arrays by name (and any a subclass adds);
     ``stores`` the frame store state of each observation key (None for a
-    non-Dict space); ``extra`` JSON-able values a subclass adds.
+    non-Dict space); ``extra`` JSON-able values a subclass adds; ``chunked``
+    arrays kept in compressed chunks (SB3's small arrays of a large buffer).
     """
 
     buffer_class: str
@@ -113,12 +114,13 @@ class ReplayState:
     arrays: dict[str, np.ndarray]
     stores: dict[Any, FrameStoreState]
     extra: dict[str, Any] = field(default_factory=dict)
+    chunked: dict[str, ChunkedArray] = field(default_factory=dict)  # arrays kept compressed (small ones)
 
 
 # -- saving ----------------------------------------------------------------------------
 def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: bool = False) -> None:
     """Write ``state`` to ``path`` atomically (see the module docstring)."""
-    arrays: dict[str, ChunkedArray] = {}
+    arrays: dict[str, ChunkedArray] = dict(state.chunked)
     extras: dict[str, np.ndarray] = dict(state.arrays)
     stores = []
     for key, fs in state.stores.items():
@@ -142,6 +144,7 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
         "pos": state.pos,
         "full": state.full,
         "arrays": list(state.arrays),
+        "chunked": list(state.chunked),
         "stores": stores,
         "extra": state.extra,
     }
@@ -209,6 +212,7 @@ def _state(store: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplaySt
         pos=_int(attrs["pos"], "pos"), full=_bool(attrs["full"], "full"),
         arrays={name: _extra(store, name) for name in attrs["arrays"]},
         stores=stores, extra=dict(attrs.get("extra") or {}),
+        chunked={name: _chunked(store, name) for name in attrs.get("chunked", [])},
     )
 
 
@@ -282,6 +286,13 @@ def _extra(store: fmt.Store, name: str) -> np.ndarray:
     if value is None:
         raise FormatError(f"{store.path}: {name!r} is missing")
     return value
+
+
+def _chunked(store: fmt.Store, name: str) -> ChunkedArray:
+    arr = store.arrays.get(name)
+    if arr is None:
+        raise FormatError(f"{store.path}: chunked array {name!r} is missing")
+    return arr
 
 
 def _int(v: Any, name: str) -> int:

@@ -53,6 +53,7 @@ from sb3_integration._common import (
     stack_axis_order,
     unpack_array,
 )
+from sb3_integration.columns import Columns
 from sb3_integration.frames import NEXT, OBS, FrameStore
 from sb3_integration.persistence import ReplayState, read_replay, write_replay
 from sb3_integration.spaces import space_from_dict, space_to_dict
@@ -67,6 +68,9 @@ __all__ = [
 ]
 
 _SMALL_ARRAYS = ("actions", "rewards", "dones", "timeouts")
+#: ``small_arrays="auto"`` compresses SB3's small arrays from this many transitions on: below
+#: it they are a few MB, and reading them raw keeps a sample cheaper
+COMPRESS_SMALL_FROM = 1_000_000
 B = TypeVar("B", bound="_CompressedReplayMixin")
 
 
@@ -99,13 +103,15 @@ class _CompressedReplayMixin:
         self.buffer_size = max(buffer_size // n_envs, 1)
 
     def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
-                      frame_dedup: bool) -> None:
-        shape = (self.buffer_size, self.n_envs)
-        self.actions = np.zeros((*shape, self.action_dim), dtype=ReplayBuffer._maybe_cast_dtype(self.action_space.dtype))
-        self.rewards = np.zeros(shape, dtype=np.float32)
-        self.dones = np.zeros(shape, dtype=np.float32)
+                      frame_dedup: bool, small_arrays: str = "auto") -> None:
         self.handle_timeout_termination = handle_timeout_termination
-        self.timeouts = np.zeros(shape, dtype=np.float32)
+        if small_arrays not in ("auto", "raw", "compressed"):
+            raise ValueError(f"small_arrays must be 'auto', 'raw' or 'compressed', got {small_arrays!r}")
+        if small_arrays == "auto":
+            small_arrays = "compressed" if self.buffer_size * self.n_envs >= COMPRESS_SMALL_FROM else "raw"
+        self.small_arrays = small_arrays
+        self._columns: Columns | None = None
+        self._init_small_arrays()
 
         self.store_options = options
         self.compression_method = get_codec(options.compression_method).name
@@ -127,6 +133,21 @@ class _CompressedReplayMixin:
         self._memo: dict[Any, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._owned: dict[int, np.ndarray] = {}  # batch arrays made in this call (kept alive: ids stay unique)
         self._make_views()
+
+    def _small_fields(self) -> dict[str, tuple[Any, tuple[int, ...]]]:
+        """SB3's small arrays: dtype and shape after ``(buffer_size, n_envs)``."""
+        action = ReplayBuffer._maybe_cast_dtype(self.action_space.dtype)
+        return {"actions": (action, (self.action_dim,)), "rewards": (np.float32, ()),
+                "dones": (np.float32, ()), "timeouts": (np.float32, ())}
+
+    def _init_small_arrays(self, records: Any = None) -> None:
+        if self.small_arrays == "compressed":
+            self._columns = Columns(self.buffer_size, self.n_envs, self._small_fields(), records=records)
+            for name, view in self._columns.views().items():
+                setattr(self, name, view)
+        else:
+            for name, (dtype, shape) in self._small_fields().items():
+                setattr(self, name, np.zeros((self.buffer_size, self.n_envs, *shape), dtype=dtype))
 
     def _subspaces(self) -> dict[Any, spaces.Space]:
         if isinstance(self.observation_space, spaces.Dict):
@@ -209,8 +230,11 @@ class _CompressedReplayMixin:
                 store.release_before((self.pos + 1) % self.buffer_size)
         for key, store in self._stores.items():
             store.put_row(self.pos, (obs_in[key], next_in[key]))
-        for name, value in zip(_SMALL_ARRAYS, small, strict=False):
-            getattr(self, name)[self.pos] = value
+        if self._columns is not None:
+            self._columns.write_row(self.pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
+        else:
+            for name, value in zip(_SMALL_ARRAYS, small, strict=False):
+                getattr(self, name)[self.pos] = value
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
@@ -220,6 +244,8 @@ class _CompressedReplayMixin:
         super().reset()  # type: ignore[misc]
         for store in self._stores.values():
             store.clear()
+        if self._columns is not None:
+            self._columns.clear()
 
     # -- reading ---------------------------------------------------------------------------
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -231,10 +257,14 @@ class _CompressedReplayMixin:
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> Any:
         self._plan = self._sample_plan(np.asarray(batch_inds))
         self._memo, self._owned = {}, {}
+        if self._columns is not None:
+            self._columns.begin_batch()
         try:
             return super()._get_samples(batch_inds, env=env)  # type: ignore[misc]
         finally:
             self._plan, self._memo, self._owned = None, {}, {}
+            if self._columns is not None:
+                self._columns.end_batch()
 
     def _remap(self, which: int, rows: np.ndarray) -> tuple[Any, np.ndarray]:
         """SB3 with ``optimize_memory_usage`` holds the latest next obs in ``observations[pos]``."""
@@ -283,13 +313,20 @@ class _CompressedReplayMixin:
         per_row = sum(math.prod(s.obs_shape) * s.dtype.itemsize for s in self._stores.values())
         return per_row * self.buffer_size * self.n_envs * (1 if self.optimize_memory_usage else 2)
 
+    @property
+    def small_nbytes(self) -> int:
+        """Bytes holding SB3's small arrays (actions, rewards, dones, timeouts)."""
+        if self._columns is not None:
+            return self._columns.nbytes
+        return sum(getattr(self, n).nbytes for n in _SMALL_ARRAYS)
+
     def storage_info(self) -> dict[str, Any]:
         """Per observation key (``"observations"`` for a non-Dict space): layout, bytes, codec."""
         info = {("observations" if k is None else k): s.info() for k, s in self._stores.items()}
         info["_totals"] = {
             "nbytes_stored": self.nbytes_stored,
             "nbytes_raw": self.nbytes_raw,
-            "other_arrays_nbytes": sum(getattr(self, n).nbytes for n in _SMALL_ARRAYS),
+            "other_arrays_nbytes": self.small_nbytes,
             "transitions": self.size() * self.n_envs,  # type: ignore[attr-defined]
         }
         return info
@@ -308,12 +345,14 @@ class _CompressedReplayMixin:
             "chunk_len": self.chunk_len,
             "cache_bytes": self._cache_bytes,
             "frame_dedup": self.frame_dedup,
+            "small_arrays": self.small_arrays,
         }
         if hasattr(self, "n_steps"):
             arguments.update(n_steps=self.n_steps, gamma=self.gamma)  # type: ignore[attr-defined]
         return ReplayState(
             buffer_class=type(self).__name__, arguments=arguments, pos=self.pos, full=self.full,
-            arrays={name: getattr(self, name) for name in _SMALL_ARRAYS},
+            arrays={} if self._columns is not None else {name: getattr(self, name) for name in _SMALL_ARRAYS},
+            chunked={} if self._columns is None else {"transitions": self._columns.records},
             stores={key: fs.state() for key, fs in self._stores.items()},
         )
 
@@ -330,17 +369,35 @@ class _CompressedReplayMixin:
             raise ValueError(f"pos {state.pos} is outside 0..{buf.buffer_size - 1}")
         if set(state.stores) != set(buf._stores):
             raise ValueError(f"observation keys {list(state.stores)} do not match the space's {list(buf._stores)}")
-        for name in _SMALL_ARRAYS:
-            like, value = getattr(buf, name), state.arrays.get(name)
-            if not isinstance(value, np.ndarray) or (value.shape, value.dtype) != (like.shape, like.dtype):
-                got = None if value is None else (value.shape, value.dtype)
-                raise ValueError(f"{name} is {got}; this buffer needs {(like.shape, like.dtype)}")
-            setattr(buf, name, value)
+        buf._load_small_arrays(state)
         for key, fs in buf._stores.items():
             fs.load_state(state.stores[key])
             fs.share_cache(fs.cache)
         buf.pos, buf.full = state.pos, state.full
         return buf
+
+    def _load_small_arrays(self, state: ReplayState) -> None:
+        records = state.chunked.get("transitions")
+        if records is not None:  # saved compressed
+            cols = Columns(self.buffer_size, self.n_envs, self._small_fields(), records=records)
+            arrays = {} if self._columns is not None else {n: np.asarray(v) for n, v in cols.views().items()}
+        else:
+            cols, arrays = None, dict(state.arrays)
+            for name, (dtype, shape) in self._small_fields().items():
+                value, want = arrays.get(name), ((self.buffer_size, self.n_envs, *shape), np.dtype(dtype))
+                if not isinstance(value, np.ndarray) or (value.shape, value.dtype) != want:
+                    got = None if value is None else (value.shape, value.dtype)
+                    raise ValueError(f"{name} is {got}; this buffer needs {want}")
+        if self._columns is None:
+            for name, value in arrays.items():
+                setattr(self, name, value)
+        elif cols is not None:
+            self._init_small_arrays(records)
+        else:  # saved raw, kept compressed: one bulk write
+            recs = np.zeros(self.buffer_size, self._columns.dtype)
+            for name in _SMALL_ARRAYS:
+                recs[name] = arrays[name]
+            self._columns.records.write(0, recs)
 
     def save(self, path: str | os.PathLike[str], *, progress: bool = False) -> None:
         """Write this buffer to one HDF5 file, atomically (see :mod:`sb3_integration.persistence`).
@@ -397,13 +454,20 @@ class _CompressedReplayMixin:
         for name in ("observations", "next_observations", "_plan", "_memo", "_owned"):
             state.pop(name, None)
         for name in _SMALL_ARRAYS:
-            state[name] = pack_array(state[name])
+            if self._columns is not None:
+                state.pop(name, None)  # views: rebuilt from the columns
+            else:
+                state[name] = pack_array(state[name])
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        for name in _SMALL_ARRAYS:
-            state[name] = unpack_array(state[name])
+        if state.get("_columns") is None:
+            for name in _SMALL_ARRAYS:
+                state[name] = unpack_array(state[name])
         self.__dict__.update(state)
+        if self._columns is not None:
+            for name, view in self._columns.views().items():
+                setattr(self, name, view)
         cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
         for store in self._stores.values():
             store.share_cache(cache)
@@ -440,6 +504,11 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
     threads
         Threads that share the chunks of one sample (default 1; more helps only
         with idle cores).
+    small_arrays
+        Where SB3's actions, rewards, dones and timeouts live: ``"raw"`` (SB3's
+        arrays), ``"compressed"`` (chunks of rows, ~3 B a transition instead of ~20;
+        each sample decodes one small chunk per row), or ``"auto"`` (default:
+        compressed from 1M transitions on).
 
     Examples
     --------
@@ -466,6 +535,7 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         frame_dedup: bool = True,
         preset: str | None = None,
         threads: int | None = None,
+        small_arrays: str = "auto",
     ) -> None:
         options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
                                        chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
@@ -478,7 +548,7 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
             )
         self.optimize_memory_usage = optimize_memory_usage
         self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           frame_dedup=frame_dedup)
+                           frame_dedup=frame_dedup, small_arrays=small_arrays)
 
 
 class CompressedDictReplayBuffer(_CompressedReplayMixin, DictReplayBuffer):
@@ -502,6 +572,7 @@ class CompressedDictReplayBuffer(_CompressedReplayMixin, DictReplayBuffer):
         frame_dedup: bool = True,
         preset: str | None = None,
         threads: int | None = None,
+        small_arrays: str = "auto",
     ) -> None:
         options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
                                        chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
@@ -511,7 +582,7 @@ class CompressedDictReplayBuffer(_CompressedReplayMixin, DictReplayBuffer):
         assert not optimize_memory_usage, "DictReplayBuffer does not support optimize_memory_usage"
         self.optimize_memory_usage = optimize_memory_usage
         self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           frame_dedup=frame_dedup)
+                           frame_dedup=frame_dedup, small_arrays=small_arrays)
 
 
 class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
@@ -540,6 +611,7 @@ class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
         frame_dedup: bool = True,
         preset: str | None = None,
         threads: int | None = None,
+        small_arrays: str = "auto",
     ) -> None:
         options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
                                        chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
@@ -556,7 +628,7 @@ class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
         if self.optimize_memory_usage:
             raise NotImplementedError("NStepReplayBuffer doesn't support optimize_memory_usage=True")
         self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           frame_dedup=frame_dedup)
+                           frame_dedup=frame_dedup, small_arrays=small_arrays)
 
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
         # the next-obs rows depend on dones; SB3 reads them first, and the obs rows ride along

@@ -205,7 +205,7 @@ def test_saved_state_covers_every_attribute():
     buffer_attrs = {"buffer_size", "n_envs", "pos", "full", "optimize_memory_usage",
                     "handle_timeout_termination", "observation_space", "action_space", "device",
                     "compression_method", "chunk_len", "_cache_bytes", "frame_dedup", "_stores",
-                    "store_options", "obs_shape", "action_dim", "observations", "next_observations",
+                    "store_options", "small_arrays", "_columns", "obs_shape", "action_dim", "observations", "next_observations",
                     "_plan", "_memo", "_owned", *replay._SMALL_ARRAYS}
     for cls, space, kw in [(CompressedReplayBuffer, IMG, {}), (CompressedDictReplayBuffer, DICT, {}),
                            (CompressedNStepReplayBuffer, IMG, {"n_steps": 2})]:
@@ -445,3 +445,26 @@ def test_train_save_load_continue_equals_straight_through(case, tmp_path, one_to
     for name in pa:
         assert th.equal(pa[name], pb[name]), name
     assert_same([straight.replay_buffer, resumed.replay_buffer])
+
+
+@pytest.mark.parametrize("kind", ["replay", "nstep"])
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+def test_round_trip_with_compressed_small_arrays(kind, lazy, tmp_path):
+    """SB3's small arrays in compressed chunks: saved as a chunked array, loaded, continued."""
+    ref, ours, more = filled(kind, 2, FILLS["wrapped"], small_arrays="compressed")
+    assert ours._columns is not None
+    ours.save(tmp_path / "b.h5")
+    with h5py.File(tmp_path / "b.h5", "r") as f:
+        assert "transitions" in f and "rewards" not in f
+    loaded = type(ours).load(tmp_path / "b.h5", device="cpu", lazy=lazy)
+    assert loaded.small_arrays == "compressed"
+    assert_same([ref, ours, loaded])
+    for name in ("actions", "rewards", "dones", "timeouts"):
+        assert np.array_equal(np.asarray(getattr(loaded, name)), getattr(ref, name))
+    for t, tr in enumerate(more):
+        for buf in (ref, loaded):
+            buf.add(*tr)
+        if t % 10 == 9:
+            assert_same([ref, loaded], seeds=(t,))
+    reloaded = pickle.loads(pickle.dumps(loaded))
+    assert_same([ref, loaded, reloaded])

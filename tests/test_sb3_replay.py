@@ -55,7 +55,7 @@ def assert_samples_equal(ref, ours, batch_size, seed, env=None, where=""):
 
 
 def make_pair(kind, buffer_size, obs_space, act_space, **kw):
-    ours_kw = {k: kw.pop(k) for k in ("chunk_len", "compression_method", "cache_bytes") if k in kw}
+    ours_kw = {k: kw.pop(k) for k in ("chunk_len", "compression_method", "cache_bytes", "small_arrays") if k in kw}
     ref_cls, our_cls = PAIRS[kind]
     ours_kw.setdefault("chunk_len", 8)
     return (ref_cls(buffer_size, obs_space, act_space, "cpu", **kw),
@@ -106,6 +106,8 @@ def drive(ref, ours, transitions, every=7, batch_size=32, env=None):
                 assert_samples_equal(ref, ours, batch_size, seed, env=env, where=f"t={t}")
         n += 1
     assert ref.pos == ours.pos and ref.full == ours.full
+    for name in ("actions", "rewards", "dones", "timeouts"):  # raw arrays or compressed columns
+        assert np.array_equal(np.asarray(getattr(ours, name)), getattr(ref, name)), name
     return n
 
 
@@ -136,9 +138,11 @@ ACTIONS = {"discrete": spaces.Discrete(3), "box": spaces.Box(-1, 1, (2,), np.flo
 # -- equivalence -------------------------------------------------------------------------------
 @pytest.mark.parametrize("space_name", list(SPACES))
 @pytest.mark.parametrize("n_envs", [1, 4])
-def test_synthetic_spaces_equal_sb3(space_name, n_envs):
+@pytest.mark.parametrize("small", ["raw", "compressed"])
+def test_synthetic_spaces_equal_sb3(space_name, n_envs, small):
     obs_space, act = SPACES[space_name], ACTIONS["box" if n_envs == 1 else "discrete"]
-    ref, ours = make_pair("replay", 24 * n_envs, obs_space, act, n_envs=n_envs)
+    ref, ours = make_pair("replay", 24 * n_envs, obs_space, act, n_envs=n_envs, small_arrays=small)
+    assert (ours._columns is not None) == (small == "compressed")
     drive(ref, ours, random_transitions(obs_space, act, 60, n_envs))
     assert_views_equal(ref, ours)
 
@@ -166,7 +170,8 @@ def test_frame_stacks_equal_sb3(n_envs, opt, timeouts, channels_last, read_path)
 
 @pytest.mark.parametrize("n_envs", [1, 3])
 @pytest.mark.parametrize("timeouts", [True, False])
-def test_dict_spaces_equal_sb3(n_envs, timeouts, read_path):
+@pytest.mark.parametrize("small", ["raw", "compressed"])
+def test_dict_spaces_equal_sb3(n_envs, timeouts, small, read_path):
     space = spaces.Dict({
         "img": spaces.Box(0, 255, (4, 6, 5), np.uint8),
         "vec": spaces.Box(-1, 1, (3,), np.float32),
@@ -174,7 +179,8 @@ def test_dict_spaces_equal_sb3(n_envs, timeouts, read_path):
         "bits": spaces.MultiBinary(4),
     })
     act = ACTIONS["box"]
-    ref, ours = make_pair("dict", 20 * n_envs, space, act, n_envs=n_envs, handle_timeout_termination=timeouts)
+    ref, ours = make_pair("dict", 20 * n_envs, space, act, n_envs=n_envs, handle_timeout_termination=timeouts,
+                          small_arrays=small)
     drive(ref, ours, random_transitions(space, act, 50, n_envs))
     assert_views_equal(ref, ours)
     assert set(ours.storage_info()) == {"img", "vec", "id", "bits", "_totals"}
@@ -183,10 +189,11 @@ def test_dict_spaces_equal_sb3(n_envs, timeouts, read_path):
 @pytest.mark.parametrize(("n_steps", "gamma"), [(1, 0.99), (3, 0.99), (5, 0.9)])
 @pytest.mark.parametrize("n_envs", [1, 2])
 @pytest.mark.parametrize("timeouts", [True, False])
-def test_nstep_equal_sb3(n_steps, gamma, n_envs, timeouts, read_path):
+@pytest.mark.parametrize("small", ["raw", "compressed"])
+def test_nstep_equal_sb3(n_steps, gamma, n_envs, timeouts, small, read_path):
     space, act = SPACES["box_f32"], ACTIONS["discrete"]
     ref, ours = make_pair("nstep", 20 * n_envs, space, act, n_envs=n_envs, n_steps=n_steps, gamma=gamma,
-                          handle_timeout_termination=timeouts)
+                          handle_timeout_termination=timeouts, small_arrays=small)
     drive(ref, ours, random_transitions(space, act, 60, n_envs, ep_len=6))
 
 
