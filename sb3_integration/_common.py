@@ -196,6 +196,9 @@ class ObservationView:
         return key
 
     def __getitem__(self, key: Any) -> np.ndarray:
+        fast = self._sb3_batch(key)
+        if fast is not None:
+            return fast
         found = self._resolve(key)
         if found is None:
             return np.asarray(self)[key]
@@ -206,6 +209,19 @@ class ObservationView:
         if any(not (isinstance(k, slice) and k == slice(None)) for k in rest):
             data = data[(slice(None),) * len(idx_shape) + tuple(rest)]
         return data
+
+    def _sb3_batch(self, key: Any) -> np.ndarray | None:
+        """SB3's ``view[batch_inds, env_indices, :]``: two in-range int64 vectors, served directly."""
+        if self._lead is not None or type(key) is not tuple or not 2 <= len(key) <= 3:
+            return None
+        rows, envs = key[0], key[1]
+        if (type(rows) is not np.ndarray or type(envs) is not np.ndarray or rows.dtype != np.int64
+                or envs.dtype != np.int64 or rows.ndim != 1 or envs.shape != rows.shape
+                or (len(key) == 3 and key[2] != slice(None)) or not rows.size):
+            return None
+        if rows.min() < 0 or rows.max() >= self.shape[0] or envs.min() < 0 or envs.max() >= self.shape[1]:
+            return None  # numpy's rules (negative indices, errors) on the general path
+        return self._reader(rows, envs)
 
     def _resolve(self, key: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], tuple[Any, ...]] | None:
         """``key`` as flat (rows, envs), the shape of the leading result, and the item index.

@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore import ChunkedArray, LRUChunkCache, Tier
+from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from sb3_integration._common import pack_array, unpack_array
 
@@ -574,6 +574,19 @@ class FrameStore:
         """
         lay = self.ensure_layout()
         k, F = lay.depth, self.F
+        if native.available():
+            w = np.full(len(rows), which, np.int64) if np.isscalar(which) else np.asarray(which, np.int64)
+            out = np.empty((len(rows), k), np.int64)
+            from sb3_integration._native_frames import stack_ids
+
+            if not stack_ids(w, rows, envs, self.slots, self.deltas, self.pads, self.heads, k, F, out):
+                return out
+            far = out[:, 0] == -2  # rare: resolved by the numpy path below
+            out[far] = self._frame_ids_numpy(w[far], rows[far], envs[far], k, F)
+            return out
+        return self._frame_ids_numpy(which, rows, envs, k, F)
+
+    def _frame_ids_numpy(self, which: Any, rows: np.ndarray, envs: np.ndarray, k: int, F: int) -> np.ndarray:
         heads = self.heads[envs]
         # the newest frame's global number, from its low 32 bits and the stream head
         ids = heads - ((heads - self.slots[rows, envs]) % _WRAP)

@@ -74,6 +74,11 @@ COMPRESS_SMALL_FROM = 1_000_000
 B = TypeVar("B", bound="_CompressedReplayMixin")
 
 
+def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
+    # SB3 passes the very same batch_inds / env_indices arrays to each read of a sample
+    return a is b or (a.shape == b.shape and np.array_equal(a, b))
+
+
 class _CompressedReplayMixin:
     """Observation storage shared by the replay buffers (put before the SB3 class).
 
@@ -282,13 +287,13 @@ class _CompressedReplayMixin:
         memo = self._memo.get(key)
         if memo is None:  # first read of this key in this batch: fetch the whole plan with it
             reqs = [(which, rows)] + [(w, r) for w, r in self._plan
-                                      if not (w == which and np.array_equal(r, rows))]
+                                      if not (w == which and _same_rows(r, rows))]
             outs = store.gather([self._remap(w, r) for w, r in reqs], envs)
             self._memo[key] = [(w, r, envs, o) for (w, r), o in zip(reqs[1:], outs[1:], strict=True)]
             self._owned.update((id(o), o) for o in outs)
             return outs[0]
         for i, (w, r, e, o) in enumerate(memo):
-            if w == which and r.shape == rows.shape and np.array_equal(r, rows) and np.array_equal(e, envs):
+            if w == which and _same_rows(r, rows) and _same_rows(e, envs):
                 del memo[i]
                 return o
         out = store.gather([self._remap(which, rows)], envs)[0]

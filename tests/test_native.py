@@ -266,3 +266,22 @@ def test_replay_buffer_on_every_tier_equals_sb3(tier, channels_last, tmp_path):
     fs = ours._stores[None]
     assert fs.array.tier.kind == tier
     assert (fs.layout.axis, fs.layout.depth) == ((2 if channels_last else 0), 4)  # strided outputs when last
+
+
+def test_far_next_stacks_read_back(read_path):
+    """A next stack written long after its row's observation: its delta is kept aside (FAR)."""
+    from sb3_integration.frames import FAR, NEXT, OBS, FrameStore
+
+    rng = np.random.default_rng(0)
+    fs = FrameStore((1, 6, 5), np.uint8, n_rows=400, n_envs=2, chunk_len=4)
+    stacks = rng.integers(1, 255, (400, 2, 1, 6, 5), dtype=np.uint8)
+    late = rng.integers(1, 255, (2, 1, 6, 5), dtype=np.uint8)
+    for row in range(400):
+        fs.put(OBS, row, stacks[row])
+    fs.put(NEXT, 0, late)  # 400 frames after row 0's observation
+    assert fs.deltas[0, 0, 0] == FAR and len(fs.far) == 2
+    rows = np.array([0, 0, 5, 399])
+    envs = np.array([0, 1, 1, 0])
+    obs, nxt = fs.gather([(OBS, rows), (NEXT, rows)], envs)
+    assert np.array_equal(obs, stacks[rows, envs])
+    assert np.array_equal(nxt[:2], late[[0, 1]]) and not nxt[2:].any()  # unwritten next stacks are zeros

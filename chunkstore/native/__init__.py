@@ -187,19 +187,29 @@ def gather(
     nat = _load()
     assert nat is not None, "gather() needs the native layer; check available() first"
     k = nat.kernels
-    order, starts = k.plan_groups(ids, chunk_len)
-    ngroups = len(starts) - 1
+    local = nat.local
     p = np.empty(k.NPARAMS, np.int64)
     p[k.CHUNK_LEN], p[k.CAPACITY], p[k.ITEM_BYTES] = chunk_len, capacity, item_bytes
     p[k.NRUNS], p[k.RUN], p[k.STRIDE] = pattern
     p[k.DST], p[k.KIND], p[k.FN], p[k.DDICT] = dst.ctypes.data, spec.kind, nat.zstd.decompress, spec.ddict
     seg, off, clen = table
     need = chunk_len * item_bytes
-    nthreads = max(1, min(int(threads), ngroups))
+    no_touches = _EMPTY_COUNTS
+    if threads <= 1:  # the common case: one call, no pool, no plan round trip
+        p[k.DCTX] = nat.zstd.dctx()
+        status = getattr(local, "status", None)
+        if status is None:
+            status = local.status = np.zeros(3, np.int64)
+        touched = np.zeros(len(seg_addr), np.int32) if count_touches else no_touches
+        k.gather_all(ids, dst_off, p, seg, off, clen, seg_addr, open_chunks, open_addr, _scratch(nat, need),
+                     status, touched)
+        return GatherResult(int(status[0]), int(status[1]), int(status[2]), touched if count_touches else None)
+    order, starts = k.plan_groups(ids, chunk_len)
+    nthreads = max(1, min(int(threads), len(starts) - 1))
     bounds = _split(starts, nthreads)
 
     def run(part: int) -> tuple[np.ndarray, np.ndarray]:
-        pp = p.copy() if part else p
+        pp = p.copy()
         pp[k.DCTX] = nat.zstd.dctx()
         status = np.zeros(3, np.int64)
         touched = np.zeros(len(seg_addr) if count_touches else 0, np.int32)
@@ -207,15 +217,15 @@ def gather(
                         clen, seg_addr, open_chunks, open_addr, _scratch(nat, need), status, touched)
         return status, touched
 
-    if nthreads == 1:
-        results = [run(0)]
-    else:
-        pool = _pool(nat, nthreads - 1)
-        futures = [pool.submit(run, part) for part in range(1, nthreads)]
-        results = [run(0)] + [f.result() for f in futures]
-    bad = next((s for s, _ in results if s[0] != 0), results[0][0])
-    touched = sum(t for _, t in results) if count_touches else None
-    return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]), touched)  # type: ignore[arg-type]
+    pool = _pool(nat, nthreads - 1)
+    futures = [pool.submit(run, part) for part in range(1, nthreads)]
+    results = [run(0)] + [f.result() for f in futures]
+    bad = next((st for st, _ in results if st[0] != 0), results[0][0])
+    total = sum(t for _, t in results) if count_touches else None
+    return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]), total)  # type: ignore[arg-type]
+
+
+_EMPTY_COUNTS = np.zeros(0, np.int32)
 
 
 def _split(starts: np.ndarray, parts: int) -> list[int]:

@@ -23,7 +23,7 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["NPARAMS", "RAW", "ZSTD", "gather_groups", "plan_groups"]
+__all__ = ["NPARAMS", "RAW", "ZSTD", "gather_all", "gather_groups", "plan_groups"]
 
 
 # slots of the int64 parameter vector of gather_groups (module constants: numba
@@ -193,3 +193,12 @@ def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, seg_ad
             else:
                 _copy_item(dst + dst_off[i], base + (ids[i] - c * chunk_len) * item, nruns, run, stride)
     status[0] = OK
+
+
+@njit(nogil=True, cache=True)
+def gather_all(ids, dst_off, p, seg, off, clen, seg_addr, open_chunks, open_addr, scratch, status,
+               touched):  # type: ignore[no-untyped-def]
+    """:func:`plan_groups` then :func:`gather_groups` over every group: a whole read on one thread."""
+    order, starts = plan_groups(ids, p[CHUNK_LEN])
+    gather_groups(ids, dst_off, order, starts, 0, starts.size - 1, p, seg, off, clen, seg_addr,
+                  open_chunks, open_addr, scratch, status, touched)

@@ -22,10 +22,8 @@ other calls. A view returned by ``get`` stays valid until its chunk is released
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from abc import abstractmethod
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -130,18 +128,21 @@ class SegmentedTier(Tier):
         """Some segment's storage changed: rebuild the address table on the next native read."""
         self._addr_stale = True
 
-    @contextlib.contextmanager
-    def host_segments(self) -> Iterator[np.ndarray | None]:
+    def host_segments(self) -> Any:
         # the lock is held for the whole native read: no put, release, spill or
-        # trim can move or recycle a segment under it
-        with self._lock:
-            if self._addr_stale:
-                n = max(self._segments, default=-1) + 1
-                addr = np.zeros(n, np.int64)
-                for sid, seg in self._segments.items():
-                    addr[sid] = self._address(seg)
-                self._addr, self._addr_stale = addr, False
-            yield self._addr
+        # trim can move or recycle a segment under it (a small object, not a
+        # generator: this runs once per sample)
+        return _HostSegments(self)
+
+    def _addresses(self) -> np.ndarray:
+        """The address table, rebuilt if storage moved; the caller holds the lock."""
+        if self._addr_stale:
+            n = max(self._segments, default=-1) + 1
+            addr = np.zeros(n, np.int64)
+            for sid, seg in self._segments.items():
+                addr[sid] = self._address(seg)
+            self._addr, self._addr_stale = addr, False
+        return self._addr
 
     def _recycle(self, seg: _Segment) -> None:
         """``seg`` just lost its last live chunk and went to the free list."""
@@ -329,3 +330,23 @@ class SegmentedTier(Tier):
             f"but {self._reserved} of max_bytes={self.max_bytes} are reserved "
             f"({self._used} bytes in {self._nchunks} live chunks). Release chunks, "
             "raise max_bytes, or use a disk/hybrid tier.")
+
+
+class _HostSegments:
+    """``with tier.host_segments() as addr``: the tier's lock, and its address table."""
+
+    __slots__ = ("tier",)
+
+    def __init__(self, tier: SegmentedTier) -> None:
+        self.tier = tier
+
+    def __enter__(self) -> np.ndarray:
+        self.tier._lock.acquire()
+        try:
+            return self.tier._addresses()
+        except BaseException:
+            self.tier._lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.tier._lock.release()
