@@ -1,6 +1,6 @@
 """Helpers shared by the benchmark scripts: timing, tables, JSON, progress, fresh processes.
 
-Timings on shared machines are noisy (FACTS.md: +-20-30%), so every script
+Timings on shared machines are noisy (+-20-30% between runs, measured), so every script
 reports ratios measured in one run next to the absolute numbers, and takes the
 minimum (throughput) or median (latency) of several repeats.
 """

@@ -42,7 +42,7 @@ from _bench_common import ensure_importable, fmt, md_table, progress, save_resul
 
 ensure_importable()
 
-MB = 1e6  # throughput in MB/s of raw bytes (decimal, as in FACTS.md)
+MB = 1e6  # throughput in MB/s of raw bytes (decimal)
 
 #: sb3-extra-buffers grammar: ``zstd-5`` is level -5, ``zstd5`` level 5
 DEFAULT_CODECS = [
@@ -271,7 +271,7 @@ def gather_wanted(name: str, gather_on: list[str] | None) -> bool:
     return "all" in gather_on or name in gather_on
 
 
-#: decoders far slower than memory (FACTS.md: MB/s, not GB/s) are never a sensible
+#: decoders far slower than memory (MB/s, not GB/s) are never a sensible
 #: default for sampled data, so by default their gather is not measured
 SLOW_PREFIXES = ("rle", "gzip", "igzip", "xor+rle", "xor+gzip", "xor+igzip")
 

@@ -9,7 +9,7 @@ releases in FIFO order, so segments empty oldest first: no fragmentation, no
 compaction, and no per-chunk Python objects besides one small dict entry.
 
 Bytes are always *copied* into segment storage: compressor outputs keep their
-compress-bound allocation alive (FACTS.md), so holding them would cost RAM as if
+compress-bound allocation alive (measured: a 1.7 KB zstd result held 28 KB), so holding them would cost RAM as if
 uncompressed.
 
 Thread safety: one writer calls ``put``/``release``/``trim``; any number of

@@ -18,7 +18,7 @@ class MemoryTier(SegmentedTier):
     """Encoded chunks in RAM, appended into ``segment_bytes``-sized numpy arrays.
 
     Emptied segments are reused, never reallocated: writing into never-touched
-    memory is page-fault bound (FACTS.md), writing into a recycled segment is a
+    memory is page-fault bound (measured: 0.4 GB/s, against 19 GB/s into warm pages), writing into a recycled segment is a
     plain memcpy. ``get`` returns a read-only zero-copy view.
 
     Parameters
