@@ -9,6 +9,7 @@ to the Python path with one warning.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -285,3 +286,44 @@ def test_far_next_stacks_read_back(read_path):
     obs, nxt = fs.gather([(OBS, rows), (NEXT, rows)], envs)
     assert np.array_equal(obs, stacks[rows, envs])
     assert np.array_equal(nxt[:2], late[[0, 1]]) and not nxt[2:].any()  # unwritten next stacks are zeros
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    chunk_len=st.integers(1, 12),
+    n_envs=st.integers(1, 3),
+    rows=st.integers(3, 40),
+    channels_last=st.booleans(),
+    ep_len=st.integers(2, 15),
+    steps=st.integers(1, 90),
+    python_path=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_replay_sampling_equals_sb3_property(chunk_len, n_envs, rows, channels_last, ep_len, steps, python_path,
+                                             seed):
+    """Random chunk lengths, envs, capacities (wrap-around), episode lengths (padding), layouts."""
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+    from test_frames import frame_stack_stream
+
+    from sb3_integration import CompressedReplayBuffer
+
+    shape, frame = ((6, 5, 4), (6, 5, 1)) if channels_last else ((4, 6, 5), (1, 6, 5))
+    space, act = spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(3)
+    ref = ReplayBuffer(rows * n_envs, space, act, "cpu", n_envs=n_envs)
+    ours = CompressedReplayBuffer(rows * n_envs, space, act, "cpu", n_envs=n_envs, chunk_len=chunk_len)
+    rng = np.random.default_rng(seed)
+    stream = frame_stack_stream(steps, n_envs, frame=frame, channels_last=channels_last, ep_len=ep_len, seed=seed)
+    for obs, nxt in stream:
+        args = (obs, nxt, rng.integers(0, 3, n_envs), rng.standard_normal(n_envs).astype(np.float32),
+                rng.random(n_envs) < 0.2, [{"TimeLimit.truncated": bool(x)} for x in rng.random(n_envs) < 0.1])
+        ref.add(*args)
+        ours.add(*args)
+    with native.disabled() if python_path else contextlib.nullcontext():
+        for s in range(3):
+            np.random.seed(seed + s)  # noqa: NPY002 - SB3 samples with the global RNG
+            a = ref.sample(24)
+            np.random.seed(seed + s)  # noqa: NPY002
+            b = ours.sample(24)
+            assert all(th.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
+        assert np.array_equal(np.asarray(ours.next_observations), ref.next_observations)
