@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.cache import LRUChunkCache
-from chunkstore.codecs import Codec, ZstdCodec, get_codec
+from chunkstore.codecs import Codec, TrainableCodec, get_codec
 from chunkstore.errors import CorruptChunkError
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier
 
@@ -71,6 +71,10 @@ def lossless_cast(arr: np.ndarray, dtype: Any, name: str, *, round_floats: bool 
             f"{dtype} without loss; cast them explicitly first"
         )
     return cast
+
+
+def _wants_training(codec: Codec) -> bool:
+    return isinstance(codec, TrainableCodec) and codec.wants_training
 
 
 def _decode_pool() -> ThreadPoolExecutor:
@@ -377,7 +381,7 @@ class ChunkedArray:
         self._version[c] += 1
         self._cbytes_sealed += ref.nbytes
         self._raw_sealed += self._rows(c) * self._item_nbytes
-        if self._raw_sealed >= TRAIN_AFTER_BYTES and getattr(self.codec, "wants_training", False):
+        if self._raw_sealed >= TRAIN_AFTER_BYTES and _wants_training(self.codec):
             self.train_codec()
 
     def train_codec(self) -> None:
@@ -389,18 +393,18 @@ class ChunkedArray:
         some data (Breakout) a dictionary costs more than it saves. Decoded content
         is unchanged, so caches stay valid.
         """
-        trained = getattr(self.codec, "trained", None)
-        if trained is None:
+        codec = self.codec
+        if not isinstance(codec, TrainableCodec):
             return
         stored = self.stored_chunks().tolist()
         blocks = {c: self._decoded_copy(c) for c in stored}
         train = [c for c in stored if c % 2 == 0] or stored
         held_out = [c for c in stored if c % 2 == 1] or stored
         samples = [item for c in train for item in blocks[c]][:TRAIN_MAX_ITEMS]
-        new = trained(samples) if samples else self.codec
-        if getattr(new, "wants_training", False) or new == self.codec:
+        new = codec.trained(samples) if samples else codec
+        if _wants_training(new) or new == codec:
             return
-        plain = ZstdCodec(level=getattr(self.codec, "level", ZstdCodec.DEFAULT_LEVEL))
+        plain = codec.untrained_equivalent()
         with_dict = sum(len(new.encode(blocks[c])) for c in held_out)
         without = sum(len(plain.encode(blocks[c])) for c in held_out)
         if with_dict >= without:
