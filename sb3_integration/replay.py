@@ -42,6 +42,7 @@ from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import LRUChunkCache, Tier, get_codec
+from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_LEN,
@@ -75,7 +76,7 @@ def stack_axis_order(space: spaces.Space) -> tuple[int, ...]:
     return (-1, 0)  # channel-last image, or not an image: VecFrameStack stacks on the last axis
 
 
-class _CompressedReplayMixin(ReplayBufferFileMixin):
+class _CompressedReplayMixin(ClosableBuffer, ReplayBufferFileMixin):
     """Observation storage shared by the three replay buffers (put before the SB3 class).
 
     ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence`.

@@ -55,6 +55,7 @@ from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, Roll
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import ChunkedArray
+from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import DEFAULT_CHUNK_LEN, coerce_obs, pack_array, unpack_array
 
 __all__ = [
@@ -536,7 +537,7 @@ def _check_obs(
 # == the buffers =====================================================================
 
 
-class _CompressedRolloutMixin:
+class _CompressedRolloutMixin(ClosableBuffer):
     """Store options and observation storage shared by both rollout buffers."""
 
     buffer_size: int
