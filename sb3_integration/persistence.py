@@ -3,7 +3,7 @@
 ``buffer.save(path)`` and ``CompressedReplayBuffer.load(path, device=...)`` (the
 same on :class:`~sb3_integration.CompressedDictReplayBuffer` and
 :class:`~sb3_integration.CompressedNStepReplayBuffer`) come from
-:class:`ReplayBufferFileMixin`. The file is a :mod:`chunkstore.format` file;
+:class:`ReplayBufferFileMixin`. The file is a :mod:`chunkstore.hdf5` file;
 nothing in it is pickled:
 
 ``observations/frames``
@@ -79,9 +79,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chunkstore import ChunkedArray, ChunkstoreError, FormatError, LRUChunkCache, Tier
-from chunkstore import format as fmt
+from chunkstore import ChunkedArray, CorruptChunkError, FormatError, LRUChunkCache, Tier
+from chunkstore import hdf5 as fmt
 from chunkstore.codecs import codec_from_config
+from sb3_integration._load_checks import check_saved_buffer
 from sb3_integration.frames import FrameStore, StackLayout
 from sb3_integration.spaces import space_from_dict, space_to_dict
 
@@ -224,11 +225,12 @@ def load_buffer(cls: type[B], path: str | os.PathLike[str], *, device: Any = "au
     try:
         attrs = store.attrs
         _check_kind(attrs, cls, path)
+        check_saved_buffer(attrs, store)  # sizes and state, before anything is allocated
         try:
             return _rebuild(cls, store, attrs, device, tier)
-        except ChunkstoreError:
+        except (FormatError, CorruptChunkError):
             raise
-        except (KeyError, TypeError, ValueError) as e:
+        except Exception as e:  # a crafted description that passed the checks above
             raise FormatError(f"{path}: damaged replay buffer description: {e!r}") from e
     except BaseException:
         store.close()

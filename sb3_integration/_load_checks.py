@@ -1,0 +1,109 @@
+"""Checks of a saved replay buffer's state, before a buffer is built from it.
+
+Everything the file declares is checked against what it holds before anything is
+allocated: SB3 would allocate ``buffer_size * n_envs`` rows for each of its arrays
+(a crafted ``buffer_size`` asked for 112 GiB), and an out-of-range ``pos`` or
+frame index would only fail later, or read wrong rows. Every refusal is a
+:class:`~chunkstore.errors.FormatError` naming the file and the value.
+
+These are facts of the buffer file layout (``buffer_format_version`` 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from chunkstore.errors import FormatError
+
+__all__ = ["check_saved_buffer"]
+
+#: SB3's own arrays, saved as extras of shape (buffer_size, n_envs, ...)
+SB3_ARRAYS = ("actions", "rewards", "dones", "timeouts")
+#: layout 1: the pad of a stack never written (more padding than any stack has frames)
+UNWRITTEN_PAD = 255
+#: stacks kept while the layout is undetected, at most (layout 1)
+MAX_PENDING = 32
+#: chunks a frame store keeps open, at most: one per env plus one, for any sane n_envs
+MAX_OPEN = 1 << 16
+
+
+def check_saved_buffer(attrs: Mapping[str, Any], store: Any) -> None:
+    """Refuse a saved buffer whose sizes or state are out of range (``store``: a loaded Store)."""
+    path = store.path
+    size = _int(attrs, "buffer_size", path, lo=1)
+    n_envs = _int(attrs, "n_envs", path, lo=1)
+    _int(attrs, "pos", path, lo=0, hi=size - 1)
+    if not isinstance(attrs.get("full"), bool):
+        raise FormatError(f"{path}: 'full' is {attrs.get('full')!r}, not true or false")
+    _int(attrs, "chunk_len", path, lo=1)
+    _int(attrs, "cache_bytes", path, lo=0)
+    nstep = attrs.get("nstep")
+    if nstep is not None:
+        if not isinstance(nstep, dict) or set(nstep) != {"n_steps", "gamma"}:
+            raise FormatError(f"{path}: 'nstep' is {nstep!r}, not {{n_steps, gamma}}")
+        _int(nstep, "n_steps", path, lo=1, hi=size)
+        if not isinstance(nstep["gamma"], (int, float)) or not 0 <= nstep["gamma"] <= 1:
+            raise FormatError(f"{path}: nstep gamma {nstep['gamma']!r} is not in [0, 1]")
+    for name in SB3_ARRAYS:
+        value = store.extras.get(name)
+        if value is None or value.shape[:2] != (size, n_envs):
+            got = None if value is None else value.shape
+            raise FormatError(f"{path}: {name!r} has shape {got}, but the buffer declares "
+                              f"buffer_size {size} and n_envs {n_envs}")
+    stores = attrs.get("stores")
+    if not isinstance(stores, list) or not all(isinstance(s, list) and len(s) == 2 for s in stores):
+        raise FormatError(f"{path}: 'stores' is not a list of [key, state] pairs")
+    for key, meta in stores:
+        prefix = "observations" if key is None else f"observations/{key}"
+        _check_frame_store(meta, store, prefix, size, n_envs)
+
+
+def _check_frame_store(meta: Any, store: Any, prefix: str, size: int, n_envs: int) -> None:
+    path = store.path
+    if not isinstance(meta, dict):
+        raise FormatError(f"{path}: the state of {prefix} is not an object")
+    _int(meta, "frames_written", path, lo=0)
+    _int(meta, "pending", path, lo=0, hi=MAX_PENDING)
+    used = meta.get("used")
+    if not isinstance(used, list) or not all(isinstance(u, bool) for u in used):
+        raise FormatError(f"{path}: {prefix} 'used' is {used!r}, not a list of booleans")
+    for name in ("slots", "pads"):
+        value = store.extras.get(f"{prefix}/{name}")
+        if value is None or value.shape != (len(used), size, n_envs):
+            raise FormatError(f"{path}: {prefix}/{name} is missing or not of shape "
+                              f"{(len(used), size, n_envs)}")
+    layout = meta.get("layout")
+    if layout is None:
+        return
+    if not isinstance(layout, dict):
+        raise FormatError(f"{path}: {prefix} layout {layout!r} is not an object")
+    depth = _int(layout, "depth", path, lo=1, hi=UNWRITTEN_PAD - 1)
+    ring = _int(meta, "ring_frames", path, lo=1)
+    _int(meta, "max_open", path, lo=1, hi=MAX_OPEN)
+    slots, pads = store.extras[f"{prefix}/slots"], store.extras[f"{prefix}/pads"]
+    if slots.size and int(slots.max()) >= ring:
+        raise FormatError(f"{path}: {prefix}/slots holds frame {int(slots.max())}, beyond the "
+                          f"ring of {ring} frames")
+    bad = (pads > depth) & (pads != UNWRITTEN_PAD)
+    if bad.any():
+        raise FormatError(f"{path}: {prefix}/pads holds padding {int(pads[bad][0])} for stacks of "
+                          f"{depth} frames")
+    for name in ("heads", "released"):
+        value = store.extras.get(f"{prefix}/{name}")
+        if value is None or value.shape != (n_envs,) or (value < 0).any():
+            raise FormatError(f"{path}: {prefix}/{name} is missing, negative or not one per env")
+    if (store.extras[f"{prefix}/released"] > store.extras[f"{prefix}/heads"]).any():
+        raise FormatError(f"{path}: {prefix} released frames beyond its stream heads")
+
+
+def _int(mapping: Mapping[str, Any], key: str, path: str, *, lo: int, hi: int | None = None) -> int:
+    """``mapping[key]``, an int within ``lo..hi``, else FormatError naming it."""
+    value = mapping.get(key)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < lo or (hi is not None and value > hi):
+        span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise FormatError(f"{path}: {key!r} is {value!r}, outside {span}")
+    return int(value)
