@@ -96,10 +96,12 @@ class MappedFile:
                 raise ValueError(f"{self.path} was closed; its chunks can no longer be read") from e
             if (st.st_size, st.st_mtime_ns) == self._identity:
                 return
+            how = (f"now {st.st_size} bytes, was {self._identity[0]}" if st.st_size != self.size
+                   else "rewritten, same size")
             self._changed = (
-                f"{self.path} was changed in place after it was loaded (now {st.st_size} bytes, "
-                f"was {self._identity[0]}): its chunks can no longer be trusted. Replace saved "
-                "files by rename (save() does), never by writing into them; load it again.")
+                f"{self.path} was changed in place after it was loaded ({how}): its chunks can "
+                "no longer be trusted. Replace saved files by rename (save() does), never by "
+                "writing into them; load it again.")
         raise FileChangedError(self._changed)
 
     def close(self) -> None:
