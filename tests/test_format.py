@@ -270,6 +270,37 @@ def test_private_codecs_fail_loudly_in_plain_h5py(tmp_path, codec):
             d[0:16]
 
 
+def test_plain_h5py_users_are_told_why_chunkstore_is_needed(tmp_path):
+    """What an h5py user looks at first (root and dataset attributes) says how to read the file."""
+    data = np.repeat(items(50, (64, 64), np.uint8), 8, axis=0)
+    arr = ChunkedArray(400, (64, 64), np.uint8, chunk_len=8, name="observations/frames",
+                       codec=get_codec("zstd3+dict").trained(list(data)))
+    arr[:] = data
+    plain = make_array("zstd3", name="rewards")
+    path = tmp_path / "s.h5"
+    fmt.save(path, {"observations/frames": arr, "rewards": plain}, progress=False)
+    script = textwrap.dedent(f"""
+        import sys, h5py
+        with h5py.File({str(path)!r}, "r") as f:
+            print(f.attrs["reader_note"])
+            print(f["observations/frames"].attrs["note"])
+            print(f["rewards"].attrs["note"])
+            try:
+                f["observations/frames"][0:8]
+            except OSError as e:
+                print("OSError")
+        assert "chunkstore" not in sys.modules
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    root, frames, rewards, error = out.stdout.strip().splitlines()
+    assert "chunkstore.hdf5.load(path)" in root and "observations/frames (zstd/3+dict)" in root
+    assert "rewards" not in root.split("chunkstore to decode")[1]
+    assert "trained on this data" in frames and "codec_config" in frames
+    assert "h5py fails to read them" in frames and "chunkstore.hdf5.load(path).arrays" in frames
+    assert "import hdf5plugin" in rewards and error == "OSError"
+
+
 # -- lazy arrays keep training ---------------------------------------------------------------
 def test_writing_into_a_lazy_array_then_saving_over_its_own_file(tmp_path):
     arr = make_array("zstd3", np.int16)

@@ -61,6 +61,11 @@ next to the file, fsync, rename, fsync of the directory; stale temporaries of ki
 saves are removed by the next save). Readers never trust sizes a file declares before
 checking them against what it holds (see :mod:`~chunkstore.hdf5._meta`).
 
+Replace saved files by rename (``save`` does, ``mv`` does), never by writing into them
+(``cp new.h5 buf.h5``, truncation): a lazily loaded store maps the file it opened, keeps
+reading it after a rename, and raises :class:`~chunkstore.errors.FileChangedError` at
+its next read when the file was changed in place (see :mod:`~chunkstore.hdf5.filetier`).
+
 Examples
 --------
 >>> import os, tempfile, numpy as np

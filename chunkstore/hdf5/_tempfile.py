@@ -95,7 +95,8 @@ def _is_stale(full: str, pid: int) -> bool:
         st = os.lstat(full)
     except OSError:
         return False
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or not _looks_like_ours(full):
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid  # no owners to compare on Windows
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or not _looks_like_ours(full):
         return False
     idle = time.time() - st.st_mtime
     return idle >= ABANDONED_S or (idle >= DEAD_WRITER_GRACE_S and not _alive(pid))

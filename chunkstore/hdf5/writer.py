@@ -43,6 +43,9 @@ MAX_ATTR_CHARS = 16 << 10
 BAR_STEP = 512
 #: extras at least this large are compressed inside the file
 PACK_EXTRAS = 64 << 10
+#: HDF5 file format: 1.10 (2017) gives every metadata block a checksum of its own, so a
+#: damaged object header or chunk index is an HDF5 error instead of garbage parsed
+LIBVER = ("v110", "v110")
 
 
 def save(
@@ -84,7 +87,8 @@ def save(
     _tempfile.remove_stale_temporaries(path)
     tmp, fd = _tempfile.create_temporary(path)
     try:
-        with h5py.File(_tempfile.writable_name(tmp, fd), "w") as f, _bar(total, progress) as bar:
+        with h5py.File(_tempfile.writable_name(tmp, fd), "w", libver=LIBVER) as f, \
+                _bar(total, progress) as bar:
             checksums: dict[str, Any] = {"arrays": {}, "extras": {}}
             _write_header(f, list(arrays), list(extras), attrs_json)
             for name, arr in arrays.items():
