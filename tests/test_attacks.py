@@ -171,7 +171,7 @@ def test_many_byte_flips_in_a_buffer(buffer_file, tmp_path, seed):
 
 @pytest.mark.slow
 def test_every_flip_of_the_metadata_region(store_file, tmp_path):
-    """Every byte outside the chunk data (superblock, object headers, attributes, tables)."""
+    """Bytes outside the chunk data (superblock, object headers, attributes, tables, configs)."""
     chunk_bytes = np.zeros(store_file.stat().st_size, bool)
     with h5py.File(store_file, "r") as f:  # the chunk bytes are covered by CRCs anyway
         for name in json.loads(f.attrs["arrays"]):
@@ -181,12 +181,13 @@ def test_every_flip_of_the_metadata_region(store_file, tmp_path):
                 chunk_bytes[info.byte_offset:info.byte_offset + info.size] = True
     original, want = store_file.read_bytes(), store_digest(store_file)
     counts: Counter = Counter()
-    for offset in np.flatnonzero(~chunk_bytes)[::7].tolist():
+    metadata = np.flatnonzero(~chunk_bytes)
+    for offset in metadata[:: max(1, len(metadata) // 1000)].tolist():  # ~1000 evenly spread
         result = outcome(flip(original, offset, offset % 8, tmp_path / "f.h5"), want,
                          store_digest, eager=False)
         counts[result] += 1
         assert result in ("harmless", "error"), f"flip at byte {offset}: {result}"
-    report("store metadata, every 7th byte", counts)
+    report("store metadata (all but chunk bytes), evenly spread", counts)
 
 
 # -- edits a person makes -------------------------------------------------------------------------
@@ -355,3 +356,34 @@ def test_a_bomb_chunk_with_a_valid_crc_is_a_corrupt_chunk(tmp_path):
     problems = hdf5.verify(path)
     assert [(p.array, p.chunk) for p in problems] == [("a", 1)]
     assert "does not decode to 1024 bytes" in problems[0].message
+
+
+def test_layout_2_buffer_state_is_checked_too():
+    """Layout 2 (arguments nested, slots as global frame numbers): the same sizes and ranges."""
+    from types import SimpleNamespace
+
+    from sb3_integration._load_checks import check_saved_buffer
+
+    size, n_envs = 50, 2
+    extras = {"observations/slots": np.full((2, size, n_envs), 10**6, np.uint32),
+              "observations/pads": np.zeros((2, size, n_envs), np.uint8),
+              "actions": np.zeros((size, n_envs, 1))}
+    store = SimpleNamespace(path="buf.h5", extras=extras)
+    meta = {"obs_shape": [4, 8, 8], "dtype": "|u1", "n_rows": size, "n_envs": n_envs,
+            "stacks_per_row": 2, "dedup": True, "ring_frames": 128, "used": [True, True],
+            "pending": 0, "layout": {"axis": 0, "width": 1, "depth": 4}}
+    attrs = {"buffer_format_version": 2, "pos": 7, "full": False, "arrays": ["actions"],
+             "stores": [[None, meta]],
+             "arguments": {"buffer_size": size, "n_envs": n_envs, "chunk_len": 16,
+                           "cache_bytes": 0, "n_steps": 3, "gamma": 0.99}}
+    check_saved_buffer(attrs, store)  # global frame numbers beyond the ring are fine here
+    for changes, match in [({"pos": 50}, "'pos' is 50"), ({"full": None}, "'full'"),
+                           ({"arguments": {**attrs["arguments"], "buffer_size": 10**9}},
+                            "'actions' has shape"),
+                           ({"arguments": {**attrs["arguments"], "gamma": 7}}, "gamma 7"),
+                           ({"stores": [[None, {**meta, "n_rows": 10**9}]]}, "n_rows")]:
+        with pytest.raises(FormatError, match=match):
+            check_saved_buffer({**attrs, **changes}, store)
+    extras["observations/pads"][1, 3, 0] = 7
+    with pytest.raises(FormatError, match="padding 7 for stacks of 4 frames"):
+        check_saved_buffer(attrs, store)

@@ -1,12 +1,13 @@
 """What the tools share: exit codes and one-line errors, and reading saved replay buffers.
 
-A saved replay buffer (``CompressedReplayBuffer.save``; ``buffer_format``
-``sb3_integration.replay_buffer`` version 1) keeps each observation key's distinct
-frames in ``<prefix>/frames``, a ring of ``ring_frames`` slots per env, and each
-stored observation as the slot of its newest frame (``<prefix>/slots``) and how many
-leading frames are zero padding (``<prefix>/pads``), per ``[which, row, env]``
-(which: 0 observation, 1 next observation). :func:`rebuild_stacks` turns those back
-into observations; :func:`buffer_summary` counts transitions and bytes.
+A saved replay buffer (``CompressedReplayBuffer.save``, attribute ``buffer_format``
+``sb3_integration.replay_buffer``) keeps each observation key's distinct frames in
+``<prefix>/frames`` (``observations`` or ``observations/<key>``) and, per stored
+observation, where its newest frame is and how many leading frames are padding.
+Whole observations are rebuilt by the buffer class itself (:func:`open_buffer`),
+so the tools never restate the frame engine; :func:`buffer_summary` reads only
+what every layout version keeps: the arguments, ``pos``, ``full``, each key's
+shape, dtype and stack layout.
 """
 
 from __future__ import annotations
@@ -26,19 +27,18 @@ __all__ = [
     "OK",
     "UNREADABLE",
     "BufferKey",
+    "buffer_arguments",
     "buffer_keys",
     "buffer_summary",
     "guarded",
     "is_buffer",
     "one_line",
-    "rebuild_stacks",
+    "open_buffer",
     "written_items",
 ]
 
 OK, CORRUPT, UNREADABLE = 0, 1, 2
 BUFFER_FORMAT = "sb3_integration.replay_buffer"
-#: layout 1: the pad of a stack never written
-UNWRITTEN_PAD = 255
 
 
 def one_line(error: BaseException | str) -> str:
@@ -77,9 +77,26 @@ def is_buffer(store: Any) -> bool:
     return store.attrs.get("buffer_format") == BUFFER_FORMAT
 
 
+def buffer_arguments(store: Any) -> dict[str, Any]:
+    """The buffer's constructor arguments (flat in layout 1, under ``arguments`` since)."""
+    a = store.attrs
+    return dict(a["arguments"]) if isinstance(a.get("arguments"), dict) else dict(a)
+
+
+def open_buffer(path: str, store: Any) -> Any:
+    """The replay buffer saved in ``path`` (its own class's ``load``), for whole observations."""
+    import sb3_integration
+
+    name = store.attrs.get("buffer_class")
+    cls = getattr(sb3_integration, str(name), None)
+    if cls is None or not hasattr(cls, "load"):
+        raise FormatError(f"{path} holds a {name!r}, which this sb3_integration cannot load")
+    return cls.load(path, device="cpu")
+
+
 @dataclass(frozen=True)
 class BufferKey:
-    """One observation key of a saved buffer: where its frames are, how stacks are built."""
+    """One observation key of a saved buffer: its frames array and stack layout."""
 
     key: str | None
     prefix: str
@@ -88,81 +105,45 @@ class BufferKey:
     axis: int | None  # None: each observation is one frame
     width: int
     depth: int
-    ring: int  # frame slots per env
 
     @property
     def frames(self) -> str:
         return f"{self.prefix}/frames"
 
-    @property
-    def obs_nbytes(self) -> int:
-        return math.prod(self.obs_shape) * self.dtype.itemsize
-
 
 def buffer_keys(store: Any) -> list[BufferKey]:
-    """The observation keys of a saved buffer whose frames were stored."""
+    """Every observation key of a saved buffer (layout None: not split into frames yet)."""
     out = []
     for key, meta in store.attrs["stores"]:
-        lay = meta.get("layout")
+        lay = meta.get("layout") or {"axis": None, "width": 0, "depth": 1}
         prefix = "observations" if key is None else f"observations/{key}"
-        if lay is None:  # nothing was stored as frames yet
-            continue
         out.append(BufferKey(key, prefix, tuple(meta["obs_shape"]), np.dtype(meta["dtype"]),
-                             lay["axis"], int(lay["width"]), int(lay["depth"]),
-                             int(meta["ring_frames"])))
+                             lay["axis"], int(lay["width"]), int(lay["depth"])))
     return out
-
-
-def rebuild_stacks(store: Any, bk: BufferKey, rows: np.ndarray, env: int, which: int = 0) -> np.ndarray:
-    """Observations ``[which, rows, env]`` of key ``bk``, rebuilt from frames, slots and pads."""
-    slots = store.extras[f"{bk.prefix}/slots"][which, rows, env].astype(np.int64)
-    pads = store.extras[f"{bk.prefix}/pads"][which, rows, env].astype(np.int64)
-    k, n = bk.depth, len(rows)
-    ids = slots[:, None] + np.arange(1 - k, 1)
-    ids = ids % bk.ring + env * bk.ring
-    padded = np.arange(k) < pads[:, None]  # leading all-zero frames were never stored
-    ids = np.where(padded, ids[:, -1:], ids)
-    frames = store.arrays[bk.frames].take(ids.reshape(-1))
-    frames = frames.reshape(n, k, *frames.shape[1:])
-    frames[padded] = 0
-    if bk.axis is None:
-        return frames[:, 0]
-    if bk.axis == 0:
-        return frames.reshape(n, *bk.obs_shape)
-    return np.moveaxis(frames, 1, -2).reshape(n, *bk.obs_shape)
-
-
-def _live_frames(store: Any, bk: BufferKey) -> int:
-    """Frames held for env streams: written and not yet released (whole chunks are released)."""
-    heads, released = (store.extras.get(f"{bk.prefix}/{n}") for n in ("heads", "released"))
-    if heads is None or released is None:
-        return int(written_items(store.arrays[bk.frames]).sum())
-    return int(np.minimum(heads - released, bk.ring).sum())
 
 
 def buffer_summary(store: Any, file_bytes: int) -> dict[str, Any]:
     """Transitions, frames and bytes of a saved replay buffer, against SB3's ReplayBuffer."""
-    a = store.attrs
-    size, n_envs, full, pos = int(a["buffer_size"]), int(a["n_envs"]), bool(a["full"]), int(a["pos"])
+    a, args = store.attrs, buffer_arguments(store)
+    size, n_envs, full, pos = int(args["buffer_size"]), int(args["n_envs"]), bool(a["full"]), int(a["pos"])
     live = (size if full else pos) * n_envs
     keys = buffer_keys(store)
-    frames_bytes = sum(int(store.arrays[k.frames].chunk_nbytes().sum()) for k in keys)
-    index_bytes = sum(int(store.extras[f"{k.prefix}/{name}"].nbytes) for k in keys
-                      for name in ("slots", "pads", "last") if f"{k.prefix}/{name}" in store.extras)
-    stored = frames_bytes + index_bytes
-    per_obs = sum(math.prod(meta["obs_shape"]) * np.dtype(meta["dtype"]).itemsize
-                  for _, meta in a["stores"])
-    sb3 = per_obs * (1 if a.get("optimize_memory_usage") else 2)
+    frames = [store.arrays[k.frames] for k in keys if k.frames in store.arrays]
+    # what the buffer holds for observations: frames, the frame index, the kept last stacks
+    stored = sum(int(arr.chunk_nbytes().sum()) for arr in frames) + sum(
+        int(v.nbytes) for name, v in store.extras.items() if name.startswith("observations"))
+    per_obs = sum(math.prod(k.obs_shape) * k.dtype.itemsize for k in keys)
+    sb3 = per_obs * (1 if args.get("optimize_memory_usage") else 2)
     return {
         "buffer_class": a.get("buffer_class"),
+        "layout_version": a.get("buffer_format_version"),
         "transitions_live": live,
         "transitions_capacity": size * n_envs,
         "buffer_size": size,
         "n_envs": n_envs,
         "full": full,
-        "frames_written": sum(int(meta.get("frames_written", 0)) for _, meta in a["stores"]),
-        "frames_stored": sum(_live_frames(store, k) for k in keys),
-        "frame_ring_slots": sum(k.ring * n_envs for k in keys),
+        "frames_stored": sum(int(written_items(arr).sum()) for arr in frames),
+        "frame_slots": sum(arr.capacity for arr in frames),
         "stacks": [{"key": k.key, "obs_shape": list(k.obs_shape), "depth": k.depth,
                     "stack_axis": k.axis} for k in keys],
         "observation_bytes": stored,

@@ -7,9 +7,10 @@
 
 Without ``--array`` the tool takes ``observations`` or, in a saved replay buffer, its
 observation frames (``observations/frames``: each distinct frame once, env after env).
-``--obs`` rebuilds whole observations of a replay buffer from its frames and the saved
-frame index instead (rows are transitions of env ``--env``; ``--next`` for next
-observations, ``--key`` for a Dict space). A range beyond the items written is refused.
+``--obs`` exports whole observations of a replay buffer instead, rebuilt from its frames
+and saved frame index by the buffer class itself (rows are transitions of env ``--env``;
+``--next`` for next observations, ``--key`` for a Dict space). A range beyond the items
+written is refused.
 
 Items may be grayscale (H, W) or (H, W, 1), RGB (H, W, 3) or (3, H, W), or
 stacks of frames: channel-first (k, H, W), channel-last (H, W, k), or
@@ -36,10 +37,11 @@ from _store_io import (
     CORRUPT,
     OK,
     UNREADABLE,
+    buffer_arguments,
     buffer_keys,
     guarded,
     is_buffer,
-    rebuild_stacks,
+    open_buffer,
     written_items,
 )
 
@@ -195,16 +197,16 @@ def _item_range(args: argparse.Namespace, store: Any, name: str) -> np.ndarray:
 
 
 def _observation_range(args: argparse.Namespace, store: Any) -> np.ndarray:
-    """Observations (or next observations) of a saved buffer, rebuilt from its frames."""
+    """Observations (or next observations) of a saved buffer, rebuilt by the buffer itself."""
     if not is_buffer(store):
         raise ExportError("--obs needs a saved replay buffer (CompressedReplayBuffer.save)")
     keys = {k.key: k for k in buffer_keys(store)}
     key = args.key if args.key is not None else next(iter(keys), None)
     if key not in keys:
-        raise ExportError(f"no stored observation key {key!r}; the buffer has {sorted(map(str, keys))}")
-    a = store.attrs
+        raise ExportError(f"no observation key {key!r}; the buffer has {sorted(map(str, keys))}")
+    a = buffer_arguments(store)
     size, n_envs = int(a["buffer_size"]), int(a["n_envs"])
-    live = size if a["full"] else int(a["pos"])
+    live = size if store.attrs["full"] else int(store.attrs["pos"])
     env = args.env or 0
     if not 0 <= env < n_envs:
         raise ExportError(f"--env {env}: the buffer has {n_envs} env(s)")
@@ -214,15 +216,25 @@ def _observation_range(args: argparse.Namespace, store: Any) -> np.ndarray:
                           f"the buffer holds transitions 0..{live - 1}" if live else
                           "the buffer holds no transitions")
     args.first, args.env = start, None  # the env axis is already chosen
-    args.layout_hint = _stack_layout(keys[key].axis, keys[key].depth)
-    return rebuild_stacks(store, keys[key], np.arange(start, stop), env, 1 if args.next else 0)
+    bk = keys[key]
+    if bk.axis is not None and bk.width == 1:  # stacks of gray frames
+        args.layout_hint = "stack-first" if bk.axis == 0 else "stack-last"
+    buf = open_buffer(args.file, store)
+    try:
+        view = buf.next_observations if args.next else buf.observations
+        view = view if key is None else view[key]
+        return np.asarray(view[np.arange(start, stop), env])
+    finally:
+        buf.close()
 
 
-def _stack_layout(axis: int | None, depth: int) -> str | None:
-    """How a buffer key's observations (or frames) are drawn, from its saved layout."""
-    if axis is None:
-        return None
-    return "stack-first" if axis == 0 else "stack-last"
+def _frame_layout(axis: int | None, width: int) -> str | None:
+    """How one frame of a buffer's stacks is drawn: a gray or RGB slice along the stack axis."""
+    if axis is None or width not in (1, 3):
+        return None  # whole observations, or an unusual width: guess from the shape
+    if width == 1:
+        return "stack-first" if axis == 0 else "gray"
+    return "rgb-first" if axis == 0 else "rgb"
 
 
 def export(args: argparse.Namespace) -> list[str]:
@@ -235,9 +247,9 @@ def export(args: argparse.Namespace) -> list[str]:
         else:
             name = pick_array(store, args.array)
             data = _item_range(args, store, name)
-            frames_of_key = [k for k in buffer_keys(store) if k.frames == name] if is_buffer(store) else []
-            if frames_of_key:  # one frame of a stack: (width, H, W) or (H, W, width)
-                args.layout_hint = _stack_layout(frames_of_key[0].axis, frames_of_key[0].depth)
+            keys = [k for k in buffer_keys(store) if k.frames == name] if is_buffer(store) else []
+            if keys:  # one frame of a stack: (width, H, W) or (H, W, width)
+                args.layout_hint = _frame_layout(keys[0].axis, keys[0].width)
     start = args.first
     if args.env is not None:
         if data.ndim < 3 or not 0 <= args.env < data.shape[1]:

@@ -127,9 +127,8 @@ def render_buffer(b: dict[str, Any]) -> list[str]:
         what = "observations" if s["key"] is None else f"observations[{s['key']!r}]"
         axis = "" if s["stack_axis"] is None else f", stacks of {s['depth']} on axis {s['stack_axis']}"
         out.append(f"  {what}: {tuple(s['obs_shape'])}{axis}")
-    out.append(f"  frames: {b['frames_stored']:,} stored (each distinct frame once), "
-               f"{b['frames_written']:,} written since the start, in a ring of "
-               f"{b['frame_ring_slots']:,} slots")
+    out.append(f"  frames: {b['frames_stored']:,} stored (each distinct frame once), in "
+               f"{b['frame_slots']:,} slots")
     if b["bytes_per_transition"] is not None:
         out.append(f"  observations: {b['bytes_per_transition']:,.0f} B per transition "
                    f"(file: {b['file_bytes_per_transition']:,.0f} B); SB3's ReplayBuffer: "
