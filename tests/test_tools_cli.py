@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,6 +26,14 @@ from sb3_integration import CompressedDictReplayBuffer, CompressedReplayBuffer
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = REPO / "tools"
 FIXTURES = REPO / "tests" / "fixtures" / "v1"
+
+
+def tool_main(name: str, *args) -> int:
+    """Run a tool's ``main`` in this process (no interpreter start-up: torch imports once)."""
+    spec = importlib.util.spec_from_file_location(f"chunkstore_cli_{name}", TOOLS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main([str(a) for a in args])
 
 
 def run_tool(name: str, *args, env: dict[str, str] | None = None, cwd: Path = REPO,
@@ -102,21 +111,23 @@ def damage(kind: str, src: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("tool", ["verify", "inspect_store", "export"])
 @pytest.mark.parametrize("kind, code", [("chunk", 1), ("header", 1), ("garbage", 2),
                                         ("directory", 2), ("fifo", 2), ("missing", 2)])
-def test_exit_status_and_one_line_message(buffer_path, tmp_path, tool, kind, code):
-    if tool == "export" and kind == "chunk":  # export reads one chunk: pick the damaged one
-        args = ["--obs", "--out", tmp_path / "png"]
-    else:
-        args = ["--out", tmp_path / "png"] if tool == "export" else []
-    if kind == "fifo" and not hasattr(os, "mkfifo"):
-        pytest.skip("needs FIFOs")
+def test_exit_status_and_one_line_message(buffer_path, tmp_path, capsys, tool, kind, code):
+    args = ["--out", tmp_path / "png"] if tool == "export" else []  # export reads item 0: chunk 0
     if tool == "inspect_store" and kind == "chunk":
         code = 0  # inspect reads metadata only: chunk bytes are verify's business
-    out = run_tool(tool, damage(kind, buffer_path, tmp_path), *args)
-    assert out.returncode == code, (out.stdout, out.stderr)
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("needs FIFOs")
+    path = damage(kind, buffer_path, tmp_path)
+    if kind == "fifo":  # in a subprocess: a regression would block on the open
+        out = run_tool(tool, path, *args)
+        returncode, stderr = out.returncode, out.stderr
+    else:  # in this process: any exception escaping main() fails the test
+        returncode, stderr = tool_main(tool, path, *args), capsys.readouterr().err
+    assert returncode == code, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
     if code and (tool != "verify" or code == 2):
-        assert len(lines) == 1, out.stderr
+        assert len(lines) == 1, stderr
         assert ("corrupt" if code == 1 else "cannot read") in lines[0]
 
 
@@ -191,9 +202,8 @@ def test_export_obs_of_a_wrapped_buffer_equals_its_observations(tmp_path, axis):
     make_buffer(tmp_path / "b.h5", axis=axis, steps=50)  # wrapped around: full
     buf = CompressedReplayBuffer.load(tmp_path / "b.h5", device="cpu")
     for which, view in (([], buf.observations), (["--next"], buf.next_observations)):
-        out = run_tool("export", tmp_path / "b.h5", "--obs", *which, "--env", 1, "--start", 0,
-                       "--stop", 40, "--out", tmp_path / f"png{len(which)}")
-        assert out.returncode == 0, out.stderr
+        assert tool_main("export", tmp_path / "b.h5", "--obs", *which, "--env", 1, "--start", 0,
+                         "--stop", 40, "--out", tmp_path / f"png{len(which)}") == 0
         name = "next_observations" if which else "observations"
         for row in (0, 9, 39):
             img = np.asarray(Image.open(tmp_path / f"png{len(which)}" / f"{name}_{row:07d}.png"))
@@ -201,7 +211,7 @@ def test_export_obs_of_a_wrapped_buffer_equals_its_observations(tmp_path, axis):
             assert np.array_equal(img, np.concatenate(frames, axis=1))
 
 
-def test_export_obs_of_a_dict_buffer(tmp_path):
+def test_export_obs_of_a_dict_buffer(tmp_path, capsys):
     from PIL import Image
 
     space = spaces.Dict({"img": spaces.Box(0, 255, (4, 6, 6), np.uint8),
@@ -214,13 +224,12 @@ def test_export_obs_of_a_dict_buffer(tmp_path):
         buf.add({"img": stream[t][None], "vec": vec}, {"img": stream[t + 1][None], "vec": vec},
                 np.zeros((1, 1)), np.zeros(1, np.float32), np.zeros(1), [{}])
     buf.save(tmp_path / "d.h5")
-    out = run_tool("export", tmp_path / "d.h5", "--obs", "--next", "--key", "img", "--start", 5,
-                   "--out", tmp_path)
-    assert out.returncode == 0, out.stderr
+    assert tool_main("export", tmp_path / "d.h5", "--obs", "--next", "--key", "img", "--start", 5,
+                     "--out", tmp_path) == 0
     img = np.asarray(Image.open(tmp_path / "next_observations_img_0000005.png"))
     assert np.array_equal(img, np.concatenate(list(buf.next_observations["img"][5, 0]), axis=1))
-    out = run_tool("export", tmp_path / "d.h5", "--obs", "--key", "nope", "--out", tmp_path)
-    assert out.returncode == 1 and "no observation key 'nope'" in out.stderr
+    assert tool_main("export", tmp_path / "d.h5", "--obs", "--key", "nope", "--out", tmp_path) == 1
+    assert "no observation key 'nope'" in capsys.readouterr().err
 
 
 def test_export_obs_writes_the_rebuilt_observation(buffer_path, tmp_path):
