@@ -34,8 +34,8 @@ import numpy as np
 
 from chunkstore import native
 from chunkstore.cache import LRUChunkCache
-from chunkstore.codecs import Codec, ZstdCodec, get_codec
-from chunkstore.errors import CorruptChunkError
+from chunkstore.codecs import Codec, TrainableCodec, get_codec
+from chunkstore.errors import CorruptChunkError, FileChangedError
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier
 
 __all__ = [
@@ -125,6 +125,10 @@ def _item_placement(out: np.ndarray, lead: int, itemsize: int) -> tuple[np.ndarr
         lead_off = lead_off + np.arange(out.shape[ax], dtype=np.int64).reshape(
             (-1,) + (1,) * (lead - ax - 1)) * out.strides[ax]
     return lead_off.reshape(-1), (nruns, run, stride)  # relative to the view's first byte
+
+
+def _wants_training(codec: Codec) -> bool:
+    return isinstance(codec, TrainableCodec) and codec.wants_training
 
 
 def _decode_pool() -> ThreadPoolExecutor:
@@ -468,7 +472,7 @@ class ChunkedArray:
         self._version[c] += 1
         self._cbytes_sealed += ref.nbytes
         self._raw_sealed += self._rows(c) * self._item_nbytes
-        if self._raw_sealed >= TRAIN_AFTER_BYTES and getattr(self.codec, "wants_training", False):
+        if self._raw_sealed >= TRAIN_AFTER_BYTES and _wants_training(self.codec):
             self.train_codec()
 
     def train_codec(self) -> None:
@@ -484,18 +488,18 @@ class ChunkedArray:
             self._train_codec()
 
     def _train_codec(self) -> None:
-        trained = getattr(self.codec, "trained", None)
-        if trained is None:
+        codec = self.codec
+        if not isinstance(codec, TrainableCodec):
             return
         stored = self.stored_chunks().tolist()
         blocks = {c: self._decoded_copy(c) for c in stored}
         train = [c for c in stored if c % 2 == 0] or stored
         held_out = [c for c in stored if c % 2 == 1] or stored
         samples = [item for c in train for item in blocks[c]][:TRAIN_MAX_ITEMS]
-        new = trained(samples) if samples else self.codec
-        if getattr(new, "wants_training", False) or new == self.codec:
+        new = codec.trained(samples) if samples else codec
+        if _wants_training(new) or new == codec:
             return
-        plain = ZstdCodec(level=getattr(self.codec, "level", ZstdCodec.DEFAULT_LEVEL))
+        plain = codec.untrained_equivalent()
         with_dict = sum(len(new.encode(blocks[c])) for c in held_out)
         without = sum(len(plain.encode(blocks[c])) for c in held_out)
         if with_dict >= without:
@@ -810,6 +814,8 @@ class ChunkedArray:
                 buf = scratch if nrows == L else scratch[:nrows]
             try:
                 decode(get(ChunkRef(int(seg[c]), int(off[c]), int(length[c]))), out=buf)
+            except FileChangedError:
+                raise  # names the file: nothing to add
             except Exception as exc:
                 raise self._corrupt(c, exc) from exc
             if cache is not None:
@@ -833,6 +839,8 @@ class ChunkedArray:
     def _decode_into(self, c: int, buf: np.ndarray) -> None:
         try:
             self.codec.decode(self.tier.get(self._ref(c)), out=buf)
+        except FileChangedError:
+            raise
         except Exception as exc:
             raise self._corrupt(c, exc) from exc
 

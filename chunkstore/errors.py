@@ -10,6 +10,8 @@ __all__ = [
     "ChunkstoreError",
     "CodecConfigError",
     "CorruptChunkError",
+    "CorruptFileError",
+    "FileChangedError",
     "FormatError",
     "MissingBackendError",
     "TierFullError",
@@ -42,7 +44,29 @@ class CorruptChunkError(ChunkstoreError, ValueError):
 
 
 class FormatError(ChunkstoreError, ValueError):
-    """A saved file is not a chunkstore file, or has an unsupported version."""
+    """A saved file cannot be read as a chunkstore file.
+
+    Not a regular file, not HDF5, another HDF5 file, a newer format version, or
+    contents that this chunkstore refuses (sizes beyond what the file holds,
+    buffer state out of range). The message names the file and what is wrong.
+    """
+
+
+class CorruptFileError(FormatError):
+    """A chunkstore file whose metadata is damaged.
+
+    A checksum mismatch (header, codec config and trained dictionary, chunk
+    table, an extra's description) or metadata that cannot be parsed. Damaged
+    chunk bytes raise :class:`CorruptChunkError` instead.
+    """
+
+
+class FileChangedError(CorruptChunkError):
+    """A lazily loaded file was changed in place (overwritten, truncated) after loading.
+
+    Replace saved files by rename (``save`` does), never by writing into them:
+    a loaded store keeps reading the file it opened.
+    """
 
 
 class TierFullError(ChunkstoreError, MemoryError):

@@ -217,7 +217,7 @@ class ObservationView:
         rows, envs = key[0], key[1]
         if (type(rows) is not np.ndarray or type(envs) is not np.ndarray or rows.dtype != np.int64
                 or envs.dtype != np.int64 or rows.ndim != 1 or envs.shape != rows.shape
-                or (len(key) == 3 and key[2] != slice(None)) or not rows.size):
+                or (len(key) == 3 and not (type(key[2]) is slice and key[2] == slice(None))) or not rows.size):
             return None
         if rows.min() < 0 or rows.max() >= self.shape[0] or envs.min() < 0 or envs.max() >= self.shape[1]:
             return None  # numpy's rules (negative indices, errors) on the general path

@@ -709,6 +709,16 @@ class FrameStore:
         _check(state.has_last, (n,), np.bool_, "has_last")
         if np.any(state.heads < 0) or np.any(state.released < 0) or np.any(state.released > state.heads):
             raise ValueError(f"{self.name}: stream positions out of range")
+        if np.any((state.pads > (state.layout.depth if state.layout else 1)) & (state.pads != UNWRITTEN)):
+            raise ValueError(f"{self.name}: pads hold more padding than a stack has frames")
+        # every stack with a stored frame has its newest frame in its stream
+        written = state.pads[0] < (state.layout.depth if state.layout else 0)
+        if state.layout is not None and written.any():
+            heads = state.heads[None, :].astype(np.int64)
+            back = ((heads - state.slots.astype(np.int64)) % _WRAP)[written]
+            live = np.broadcast_to(state.heads - state.released, written.shape)[written]
+            if back.min() < 1 or np.any(back > live):
+                raise ValueError(f"{self.name}: slots point at frames outside the stored stream")
         with self._lock:
             self.slots, self.deltas, self.pads = state.slots, state.deltas, state.pads
             self.far = {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()}

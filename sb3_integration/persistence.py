@@ -6,7 +6,7 @@ same on :class:`~sb3_integration.CompressedDictReplayBuffer` and
 buffer says what it is as a :class:`ReplayState` (its arguments, position, SB3's
 small arrays, and a :class:`~sb3_integration.frames.FrameStoreState` per
 observation key); this module only writes and reads such states. The file is a
-:mod:`chunkstore.format` file; nothing in it is pickled:
+:mod:`chunkstore.hdf5` file; nothing in it is pickled:
 
 ``observations/frames``
     The frame ChunkedArray, chunks copied verbatim (Dict spaces: ``observations/<key>/frames``).
@@ -82,7 +82,8 @@ from typing import Any
 import numpy as np
 
 from chunkstore import ChunkedArray, ChunkstoreError, FormatError, Tier
-from chunkstore import format as fmt
+from chunkstore import hdf5 as fmt
+from sb3_integration._load_checks import check_saved_buffer
 from sb3_integration.frames import FAR, UNWRITTEN, FrameStoreState, StackLayout
 
 __all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayState", "read_replay", "write_replay"]
@@ -177,11 +178,12 @@ def read_replay(path: str | os.PathLike[str], buffer_class: str, *, lazy: bool =
     try:
         attrs = store.attrs
         version = _check_kind(attrs, buffer_class, path)
+        check_saved_buffer(attrs, store)  # sizes and state, before anything is allocated
         try:
             return _state(store, attrs, version), store
         except ChunkstoreError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except Exception as e:  # a crafted description that passed the checks above
             raise FormatError(f"{path}: damaged replay buffer description: {e!r}") from e
     except BaseException:
         store.close()

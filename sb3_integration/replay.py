@@ -42,6 +42,7 @@ from stable_baselines3.common.buffers import (
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import ChunkstoreError, FormatError, LRUChunkCache, Tier, get_codec
+from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_LEN,
@@ -79,7 +80,7 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
     return a is b or (a.shape == b.shape and np.array_equal(a, b))
 
 
-class _CompressedReplayMixin:
+class _CompressedReplayMixin(ClosableBuffer):
     """Observation storage shared by the replay buffers (put before the SB3 class).
 
     ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence`.

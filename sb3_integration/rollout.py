@@ -35,6 +35,7 @@ from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, Roll
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import get_codec
+from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import ObservationView, StoreOptions, coerce_obs, stack_axis_order
 from sb3_integration.frames import OBS, FrameStore
 
@@ -46,7 +47,7 @@ DEFAULT_ROLLOUT_COMPRESSION = "none"
 DEFAULT_ROLLOUT_CHUNK_LEN = 16
 
 
-class _CompressedRolloutMixin:
+class _CompressedRolloutMixin(ClosableBuffer):
     """Store options and observation storage shared by both rollout buffers."""
 
     buffer_size: int

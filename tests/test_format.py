@@ -15,7 +15,14 @@ import h5py
 import numpy as np
 import pytest
 
-from chunkstore import ChunkedArray, CorruptChunkError, FormatError, LRUChunkCache, MemoryTier
+from chunkstore import (
+    ChunkedArray,
+    CorruptChunkError,
+    CorruptFileError,
+    FormatError,
+    LRUChunkCache,
+    MemoryTier,
+)
 from chunkstore import format as fmt
 from chunkstore.codecs import codec_names, get_codec
 
@@ -263,6 +270,37 @@ def test_private_codecs_fail_loudly_in_plain_h5py(tmp_path, codec):
             d[0:16]
 
 
+def test_plain_h5py_users_are_told_why_chunkstore_is_needed(tmp_path):
+    """What an h5py user looks at first (root and dataset attributes) says how to read the file."""
+    data = np.repeat(items(50, (64, 64), np.uint8), 8, axis=0)
+    arr = ChunkedArray(400, (64, 64), np.uint8, chunk_len=8, name="observations/frames",
+                       codec=get_codec("zstd3+dict").trained(list(data)))
+    arr[:] = data
+    plain = make_array("zstd3", name="rewards")
+    path = tmp_path / "s.h5"
+    fmt.save(path, {"observations/frames": arr, "rewards": plain}, progress=False)
+    script = textwrap.dedent(f"""
+        import sys, h5py
+        with h5py.File({str(path)!r}, "r") as f:
+            print(f.attrs["reader_note"])
+            print(f["observations/frames"].attrs["note"])
+            print(f["rewards"].attrs["note"])
+            try:
+                f["observations/frames"][0:8]
+            except OSError as e:
+                print("OSError")
+        assert "chunkstore" not in sys.modules
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    root, frames, rewards, error = out.stdout.strip().splitlines()
+    assert "chunkstore.hdf5.load(path)" in root and "observations/frames (zstd/3+dict)" in root
+    assert "rewards" not in root.split("chunkstore to decode")[1]
+    assert "trained on this data" in frames and "codec_config" in frames
+    assert "h5py fails to read them" in frames and "chunkstore.hdf5.load(path).arrays" in frames
+    assert "import hdf5plugin" in rewards and error == "OSError"
+
+
 # -- lazy arrays keep training ---------------------------------------------------------------
 def test_writing_into_a_lazy_array_then_saving_over_its_own_file(tmp_path):
     arr = make_array("zstd3", np.int16)
@@ -375,7 +413,7 @@ def test_corrupt_extra_is_detected(tmp_path):
     assert [p.array for p in fmt.verify(path)] == ["rewards"]
 
 
-def test_chunk_table_and_file_index_must_agree(tmp_path):
+def test_chunk_table_and_file_index_must_agree(tmp_path, reseal):
     path = tmp_path / "s.h5"
     fmt.save(path, {"observations": make_array()}, progress=False)
     with h5py.File(path, "r+") as f:  # claim chunk 10 (never written) is stored
@@ -384,6 +422,9 @@ def test_chunk_table_and_file_index_must_agree(tmp_path):
         del table["chunks"], table["crc32"]
         table["chunks"] = np.array(sorted([*chunks, 10]), np.int64)
         table["crc32"] = np.array([*crcs[:10], 0, *crcs[10:]], np.uint32)
+    with pytest.raises(CorruptFileError, match="chunk table of array 'observations' failed its checksum"):
+        fmt.load(path)
+    reseal(path)  # as a crafted file would be
     with pytest.raises(CorruptChunkError, match="chunk 10 is listed as stored but missing") as e:
         fmt.load(path)
     assert (e.value.array, e.value.chunk) == ("observations", 10)
@@ -439,6 +480,7 @@ def test_failed_save_leaves_previous_file_and_no_temporary(tmp_path):
 _SELF_KILLING_SAVER = """
 import os, signal, sys, numpy as np
 from chunkstore import ChunkedArray, format as fmt
+from chunkstore.hdf5 import writer
 
 class KillAtFirstUpdate:  # stands in for tqdm: the first progress update is mid-write
     def __init__(self, *a, **k): pass
@@ -448,7 +490,7 @@ class KillAtFirstUpdate:  # stands in for tqdm: the first progress update is mid
         if n:
             os.kill(os.getpid(), signal.SIGKILL)
 
-fmt.tqdm = KillAtFirstUpdate
+writer.tqdm = KillAtFirstUpdate
 arr = ChunkedArray(4096, (8,), np.uint32, chunk_len=1, codec="zstd1", cache=0)
 arr[:] = np.arange(4096 * 8, dtype=np.uint32).reshape(4096, 8)
 fmt.save(sys.argv[1], {"a": arr}, progress=True)
@@ -485,7 +527,7 @@ def test_save_killed_mid_write_leaves_previous_file_intact(saved_before):
     proc = subprocess.run([sys.executable, "-c", _SELF_KILLING_SAVER, str(path)], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    leftovers = [p for p in path.parent.iterdir() if p.name.startswith("s.h5.tmp-")]
+    leftovers = list(path.parent.glob(".s.h5.*.chunkstore-tmp"))
     assert len(leftovers) == 1 and leftovers[0].stat().st_size > 0  # killed mid-write
     assert_intact(path, before, want)
     fmt.save(path, {"a": make_array()}, progress=False)  # a stale temporary is no obstacle
@@ -496,11 +538,14 @@ def test_save_sigkilled_from_outside_leaves_previous_file_intact(saved_before):
     path, before, want = saved_before
     proc = subprocess.Popen([sys.executable, "-c", _EXTERNALLY_KILLED_SAVER, str(path)],
                             stdout=subprocess.PIPE, text=True, cwd=REPO)
-    tmp = Path(f"{path}.tmp-{proc.pid}")
+    def temporary() -> Path | None:
+        found = list(path.parent.glob(f".s.h5.{proc.pid}.*.chunkstore-tmp"))
+        return found[0] if found else None
+
     try:
         assert proc.stdout.readline().strip() == "saving"
         deadline = time.monotonic() + 60
-        while not (tmp.exists() and tmp.stat().st_size > 1 << 20):  # well into the chunks
+        while not ((tmp := temporary()) and tmp.stat().st_size > 1 << 20):  # well into the chunks
             assert proc.poll() is None and time.monotonic() < deadline, "save ended too soon"
             time.sleep(0.002)
         proc.send_signal(signal.SIGKILL)
@@ -508,7 +553,7 @@ def test_save_sigkilled_from_outside_leaves_previous_file_intact(saved_before):
         proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert tmp.exists()
+    assert tmp is not None and tmp.exists()
     assert_intact(path, before, want)
 
 

@@ -1,7 +1,16 @@
 """Export stored observations as images: a range to PNG files, or a range/episode to a GIF.
 
+    python tools/export.py buffer.h5                                # the first stored frame
     python tools/export.py buffer.h5 --start 1000 --stop 1010 --out frames/
+    python tools/export.py buffer.h5 --obs --start 500 --stop 504   # rebuilt observation stacks
     python tools/export.py buffer.h5 --episode 3 --gif episode3.gif --scale 3
+
+Without ``--array`` the tool takes ``observations`` or, in a saved replay buffer, its
+observation frames (``observations/frames``: each distinct frame once, env after env).
+``--obs`` exports whole observations of a replay buffer instead, rebuilt from its frames
+and saved frame index by the buffer class itself (rows are transitions of env ``--env``;
+``--next`` for next observations, ``--key`` for a Dict space). A range beyond the items
+written is refused.
 
 Items may be grayscale (H, W) or (H, W, 1), RGB (H, W, 3) or (3, H, W), or
 stacks of frames: channel-first (k, H, W), channel-last (H, W, k), or
@@ -17,14 +26,26 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from tqdm import tqdm
 
-from chunkstore import format as fmt
-from chunkstore.errors import FormatError
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _store_io import (
+    CORRUPT,
+    OK,
+    UNREADABLE,
+    buffer_arguments,
+    buffer_keys,
+    guarded,
+    is_buffer,
+    open_buffer,
+    written_items,
+)
+
+from chunkstore import hdf5
 
 LAYOUTS = ("auto", "gray", "rgb", "rgb-first", "stack-first", "stack-last")
 
@@ -111,8 +132,9 @@ def episode_range(store: Any, episode: int, env: int | None) -> tuple[int, int]:
     dones = np.asarray(extras["dones"])
     dones = dones[:, env or 0] if dones.ndim == 2 else dones.reshape(len(dones), -1)[:, 0]
     ends = np.flatnonzero(dones) + 1
-    full = bool(extras["full"]) if "full" in extras else True
-    last = int(extras["pos"]) if "pos" in extras and not full else len(dones)
+    state = {**store.attrs, **{k: extras[k] for k in ("pos", "full") if k in extras}}
+    full = bool(state["full"]) if "full" in state else True
+    last = int(state["pos"]) if "pos" in state and not full else len(dones)
     bounds = np.r_[0, ends[ends < last], last]
     bounds = bounds[np.r_[True, np.diff(bounds) > 0]]
     if not 0 <= episode < len(bounds) - 1:
@@ -121,42 +143,131 @@ def episode_range(store: Any, episode: int, env: int | None) -> tuple[int, int]:
     return int(bounds[episode]), int(bounds[episode + 1])
 
 
-def _image(frame: np.ndarray, scale: int) -> Image.Image:
-    img = Image.fromarray(np.ascontiguousarray(frame), "RGB" if frame.ndim == 3 else "L")
-    return img.resize((img.width * scale, img.height * scale), Image.NEAREST) if scale > 1 else img
+def _image(frame: np.ndarray, scale: int) -> Any:
+    from PIL import Image
+
+    # Pillow infers L from (H, W) uint8 and RGB from (H, W, 3): no deprecated mode argument
+    img = Image.fromarray(np.ascontiguousarray(frame))
+    if scale > 1:
+        img = img.resize((img.width * scale, img.height * scale), Image.Resampling.NEAREST)
+    return img
+
+
+def pick_array(store: Any, wanted: str | None) -> str:
+    """The array to export: ``wanted``, else ``observations``, else a buffer's frames."""
+    names = sorted(store.arrays)
+    if wanted is not None:
+        if wanted not in store.arrays:
+            raise ExportError(f"no chunked array {wanted!r}; the file has {names}")
+        return wanted
+    if "observations" in store.arrays:
+        return "observations"
+    frames = [n for n in names if n.startswith("observations") and n.endswith("/frames")]
+    if frames or len(names) == 1:
+        return (frames or names)[0]
+    raise ExportError(f"which array? pass --array, one of {names}" if names
+                      else "the file holds no chunked arrays to export")
+
+
+def _range(args: argparse.Namespace, store: Any, length: int) -> tuple[int, int]:
+    if args.episode is not None:
+        if is_buffer(store) and not args.obs:
+            raise ExportError("--episode counts transitions of a replay buffer: add --obs")
+        return episode_range(store, args.episode, args.env)
+    start = args.start
+    stop = args.stop if args.stop is not None else start + (100 if args.gif else 1)
+    if not 0 <= start < stop <= length:
+        raise ExportError(f"range [{start}, {stop}) is outside the {length} items there are")
+    return start, stop
+
+
+def _item_range(args: argparse.Namespace, store: Any, name: str) -> np.ndarray:
+    """Items [start, stop) of array ``name``, refusing items never written (not black images)."""
+    arr = store.arrays[name]
+    start, stop = _range(args, store, len(arr))
+    written = written_items(arr)
+    missing = np.flatnonzero(~written[start:stop])
+    if len(missing):
+        held = np.flatnonzero(written)
+        span = f"items {held[0]}..{held[-1]} are in stored chunks" if len(held) else "no item is"
+        raise ExportError(f"{name}: item {start + int(missing[0])} was never written ({span}); "
+                          "pick a range of written items")
+    args.first = start
+    return arr[start:stop]
+
+
+def _observation_range(args: argparse.Namespace, store: Any) -> np.ndarray:
+    """Observations (or next observations) of a saved buffer, rebuilt by the buffer itself."""
+    if not is_buffer(store):
+        raise ExportError("--obs needs a saved replay buffer (CompressedReplayBuffer.save)")
+    keys = {k.key: k for k in buffer_keys(store)}
+    key = args.key if args.key is not None else next(iter(keys), None)
+    if key not in keys:
+        raise ExportError(f"no observation key {key!r}; the buffer has {sorted(map(str, keys))}")
+    a = buffer_arguments(store)
+    size, n_envs = int(a["buffer_size"]), int(a["n_envs"])
+    live = size if store.attrs["full"] else int(store.attrs["pos"])
+    env = args.env or 0
+    if not 0 <= env < n_envs:
+        raise ExportError(f"--env {env}: the buffer has {n_envs} env(s)")
+    start, stop = _range(args, store, size)
+    if stop > live:
+        raise ExportError(f"transition {live if start < live else start} was never written: "
+                          f"the buffer holds transitions 0..{live - 1}" if live else
+                          "the buffer holds no transitions")
+    args.first, args.env = start, None  # the env axis is already chosen
+    bk = keys[key]
+    if bk.axis is not None and bk.width == 1:  # stacks of gray frames
+        args.layout_hint = "stack-first" if bk.axis == 0 else "stack-last"
+    buf = open_buffer(args.file, store)
+    try:
+        view = buf.next_observations if args.next else buf.observations
+        view = view if key is None else view[key]
+        return np.asarray(view[np.arange(start, stop), env])
+    finally:
+        buf.close()
+
+
+def _frame_layout(axis: int | None, width: int) -> str | None:
+    """How one frame of a buffer's stacks is drawn: a gray or RGB slice along the stack axis."""
+    if axis is None or width not in (1, 3):
+        return None  # whole observations, or an unusual width: guess from the shape
+    if width == 1:
+        return "stack-first" if axis == 0 else "gray"
+    return "rgb-first" if axis == 0 else "rgb"
 
 
 def export(args: argparse.Namespace) -> list[str]:
     """Write the images; return the paths written."""
-    with fmt.load(args.file, lazy=True) as store:
-        if args.array not in store.arrays:
-            raise ExportError(f"no chunked array {args.array!r}; the file has "
-                              f"{sorted(store.arrays)}")
-        arr = store.arrays[args.array]
-        if args.episode is not None:
-            start, stop = episode_range(store, args.episode, args.env)
+    with hdf5.load(args.file, lazy=True) as store:
+        if args.obs:
+            data = _observation_range(args, store)
+            name = "next_observations" if args.next else "observations"
+            name += "" if args.key is None else f"_{args.key}"
         else:
-            start = args.start
-            stop = args.stop if args.stop is not None else start + (100 if args.gif else 1)
-        stop = min(stop, len(arr))
-        if not 0 <= start < stop:
-            raise ExportError(f"empty range [{start}, {stop}) for {args.array} of {len(arr)} items")
-        data = arr[start:stop]
+            name = pick_array(store, args.array)
+            data = _item_range(args, store, name)
+            keys = [k for k in buffer_keys(store) if k.frames == name] if is_buffer(store) else []
+            if keys:  # one frame of a stack: (width, H, W) or (H, W, width)
+                args.layout_hint = _frame_layout(keys[0].axis, keys[0].width)
+    start = args.first
     if args.env is not None:
         if data.ndim < 3 or not 0 <= args.env < data.shape[1]:
             raise ExportError(f"--env {args.env}: items of shape {data.shape[1:]} have no such "
                               "leading env axis")
         data = data[:, args.env]
-    layout = guess_layout(data.shape[1:]) if args.layout == "auto" else args.layout
+    layout = args.layout
+    if layout == "auto":
+        layout = getattr(args, "layout_hint", None) or guess_layout(data.shape[1:])
     pixels, note = to_uint8(data)
     if note:
         print(f"note: {note}", file=sys.stderr)
     stack = args.stack or ("last" if args.gif else "side")
     if args.gif and stack == "split":
         raise ExportError("--stack split makes several images per item; a GIF needs one")
-    name = args.array.replace("/", "_")
+    name = name.replace("/", "_")
     written: list[str] = []
-    gif_frames: list[Image.Image] = []
+    gif_frames: list[Any] = []
     for k, item in enumerate(tqdm(pixels, desc="export", unit="item", disable=None, leave=False)):
         images = compose(frames_of(item, layout), stack)
         if args.gif:
@@ -178,13 +289,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="export.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 2)[2])
-    p.add_argument("file", help="a file written by chunkstore.format.save")
-    p.add_argument("--array", default="observations", help="chunked array (default: %(default)s)")
+    p.add_argument("file", help="a file written by chunkstore.hdf5.save (or a buffer's save)")
+    p.add_argument("--array", help="chunked array (default: observations, or a buffer's frames)")
+    p.add_argument("--obs", action="store_true", help="a replay buffer's observations, rebuilt "
+                   "from its frames: items are transitions")
+    p.add_argument("--next", action="store_true", help="with --obs: the next observations")
+    p.add_argument("--key", help="with --obs: the key of a Dict observation space")
     p.add_argument("--start", type=int, default=0, help="first item (default: 0)")
     p.add_argument("--stop", type=int, help="end of the range (default: start+1, GIF: start+100)")
     p.add_argument("--episode", type=int, help="export the Nth episode (0-based) instead")
     p.add_argument("--env", type=int, help="items are (n_envs, ...): export env E (it also "
-                   "picks the column of 2-D dones/episode extras)")
+                   "picks the column of 2-D dones/episode extras, and the env of --obs)")
     p.add_argument("--out", default=".", help="directory for PNG files (default: .)")
     p.add_argument("--gif", help="write one animated GIF here instead of PNGs")
     p.add_argument("--fps", type=float, default=15.0, help="GIF frame rate (default: 15)")
@@ -193,19 +308,26 @@ def main(argv: list[str] | None = None) -> int:
                    help="draw a stack side by side, one image per frame, or its newest frame")
     p.add_argument("--scale", type=int, default=1, help="integer upscaling (nearest)")
     args = p.parse_args(argv)
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        print("export: writing images needs Pillow: pip install pillow (or pip install "
+              "'chunkstore[bench]')", file=sys.stderr)
+        return UNREADABLE
+    return guarded("export", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     if not args.gif:
         os.makedirs(args.out, exist_ok=True)
     try:
         written = export(args)
-    except (FormatError, OSError) as e:
-        print(f"export: cannot read {args.file}: {e}", file=sys.stderr)
-        return 2
     except ExportError as e:
         print(f"export: {e}", file=sys.stderr)
-        return 1
+        return CORRUPT  # 1: the request cannot be satisfied
     print(f"wrote {len(written)} file(s)" + (f": {written[0]}" if len(written) == 1 else
                                              f" to {args.gif or args.out}"))
-    return 0
+    return OK
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ True
 
 from __future__ import annotations
 
-from chunkstore.codecs._base import Codec
+from chunkstore.codecs._base import Codec, TrainableCodec
 from chunkstore.codecs._blosc2 import Blosc2Codec
 from chunkstore.codecs._delta import XorDelta
 from chunkstore.codecs._gzip import GzipCodec
@@ -32,6 +32,7 @@ __all__ = [
     "LZ4FrameCodec",
     "NoneCodec",
     "RLECodec",
+    "TrainableCodec",
     "XorDelta",
     "ZstdCodec",
     "ZstdDictCodec",

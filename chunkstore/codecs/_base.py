@@ -3,28 +3,56 @@
 A codec turns one C-contiguous ndarray (a chunk of items) into bytes and back,
 bit-exactly, for every numpy dtype. Codecs are stateless from the caller's point
 of view and safe to call from several threads at once.
+
+A codec owns its facts: its ``codec_id`` (also in :meth:`Codec.get_config`), the
+HDF5 filter that can decode its chunks (:attr:`Codec.hdf5_filter`), and whether
+it learns from the data (:class:`TrainableCodec`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from chunkstore.codecs._util import check_level
+from chunkstore.errors import CodecConfigError
 
-__all__ = ["Codec", "LevelledCodec"]
+__all__ = ["Codec", "LevelledCodec", "TrainableCodec", "resolve_codec"]
+
+#: turns a codec name into a Codec; set by ``_registry`` when the package is imported,
+#: so that codecs wrapping another (``xor+``) need not import the registry
+_resolver: Callable[[str], Codec] | None = None
+
+
+def resolve_codec(name_or_codec: str | Codec) -> Codec:
+    """A Codec for a name (through the registry's parser); a Codec is returned as is."""
+    if isinstance(name_or_codec, Codec):
+        return name_or_codec
+    if _resolver is None:  # pragma: no cover - chunkstore.codecs always installs it
+        raise CodecConfigError("codec names cannot be parsed before chunkstore.codecs is imported")
+    return _resolver(name_or_codec)
 
 
 class Codec(ABC):
     """Lossless codec for ndarray chunks (numcodecs style).
 
     Subclasses set ``codec_id`` and take only keyword arguments that
-    ``get_config`` returns, so ``type(c)(**c.get_config())`` rebuilds ``c``.
+    ``get_config`` returns (besides ``"id"``), so ``type(c).from_config(c.get_config())``
+    rebuilds ``c``.
+
+    Decoding is bounded: with ``out``, a chunk decodes into at most ``out.nbytes``
+    bytes, and encoded bytes that would produce more (or less) raise
+    :class:`~chunkstore.codecs.DecodeError` at once, without decompressing the rest.
     """
 
     codec_id: ClassVar[str]
+    #: the HDF5 filter whose decoder reads this codec's chunks verbatim: "zstd"
+    #: (hdf5plugin's Zstd), "deflate" (HDF5's gzip), "none" (no filter), or None when
+    #: only chunkstore can decode them
+    hdf5_filter: str | None = None
 
     @abstractmethod
     def encode(self, arr: np.ndarray) -> bytes | bytearray | memoryview:
@@ -45,8 +73,8 @@ class Codec(ABC):
         raise NotImplementedError
 
     def get_config(self) -> dict[str, Any]:
-        """Constructor arguments; ``from_config(get_config())`` rebuilds the codec."""
-        return {}
+        """``{"id": codec_id, **constructor arguments}``; ``from_config`` rebuilds the codec."""
+        return {"id": self.codec_id}
 
     def native_spec(self) -> Any:
         """How the native read path decodes these chunks (a :class:`chunkstore.native.NativeSpec`).
@@ -70,7 +98,12 @@ class Codec(ABC):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Codec:
-        return cls(**config)
+        """The codec ``config`` (from :meth:`get_config`, with or without its ``"id"``) describes."""
+        params = dict(config)
+        codec_id = params.pop("id", cls.codec_id)
+        if codec_id != cls.codec_id:
+            raise CodecConfigError(f"config of codec {codec_id!r} given to {cls.__name__}")
+        return cls(**params)
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.get_config() == other.get_config()  # type: ignore[attr-defined]
@@ -79,8 +112,31 @@ class Codec(ABC):
         return hash((type(self).__name__, tuple(sorted(self.get_config().items()))))
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "id")
         return f"{type(self).__name__}({args})"
+
+
+class TrainableCodec(Codec):
+    """A codec that learns from the data it will store (``zstd3+dict``).
+
+    Untrained, it encodes like :meth:`untrained_equivalent` does. The chunk store
+    calls :meth:`trained` with sample items once it has stored enough, keeps the
+    result if it beats :meth:`untrained_equivalent` on held-out chunks, and then
+    re-encodes what it stored.
+    """
+
+    @property
+    @abstractmethod
+    def wants_training(self) -> bool:
+        """True until the codec has learned from data."""
+
+    @abstractmethod
+    def trained(self, samples: Sequence[np.ndarray]) -> Codec:
+        """A codec trained on ``samples`` (items); it may be a plain codec when training fails."""
+
+    @abstractmethod
+    def untrained_equivalent(self) -> Codec:
+        """The plain codec that decodes (and writes) exactly what this codec writes untrained."""
 
 
 class LevelledCodec(Codec):
@@ -105,4 +161,4 @@ class LevelledCodec(Codec):
         return f"{self.family or self.codec_id}/{self.level}"
 
     def get_config(self) -> dict[str, Any]:
-        return {"level": self.level}
+        return {**super().get_config(), "level": self.level}

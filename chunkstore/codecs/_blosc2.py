@@ -77,14 +77,14 @@ class Blosc2Codec(Codec):
         return self.get_config()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)  # type: ignore[misc]
+        self.__init__(**{k: v for k, v in state.items() if k != "id"})  # type: ignore[misc]
 
     @property
     def name(self) -> str:
         return f"blosc2-{self.cname}-{self.level}"
 
     def get_config(self) -> dict[str, Any]:
-        return {"cname": self.cname, "level": self.level}
+        return {**super().get_config(), "cname": self.cname, "level": self.level}
 
     def encode(self, arr: np.ndarray) -> bytes:
         src = as_bytes(arr)

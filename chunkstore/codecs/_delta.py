@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.codecs._base import Codec
+from chunkstore.codecs._base import Codec, resolve_codec
 from chunkstore.codecs._util import DecodeError, as_bytes, buffer_view
 from chunkstore.errors import CodecConfigError
 
@@ -52,9 +52,7 @@ class XorDelta(Codec):
     codec_id = "xor"
 
     def __init__(self, *, inner: Codec | str):
-        from chunkstore.codecs._registry import get_codec
-
-        codec = get_codec(inner)
+        codec = resolve_codec(inner)
         if isinstance(codec, XorDelta):
             raise CodecConfigError("xor+ cannot wrap another xor+ codec")
         self.inner = codec
@@ -64,7 +62,7 @@ class XorDelta(Codec):
         return f"xor+{self.inner.name}"
 
     def get_config(self) -> dict[str, Any]:
-        return {"inner": self.inner.name}
+        return {**super().get_config(), "inner": self.inner.name}
 
     def encode(self, arr: np.ndarray) -> bytes:
         a = np.asarray(arr)
@@ -83,11 +81,11 @@ class XorDelta(Codec):
         if len(src) < _HEADER.size:
             raise DecodeError(f"{self.name}: {len(src)} bytes cannot hold the row-count header")
         (nrows,) = _HEADER.unpack_from(src)
-        result = self.inner.decode(src[_HEADER.size :], out=out)
+        result = self.inner.decode(src[_HEADER.size :], out=out)  # bounded by out
         raw = result.reshape(-1).view(np.uint8)
         if raw.size == 0 or nrows <= 1:
             return result
-        if raw.size % nrows:
+        if nrows > raw.size or raw.size % nrows:
             raise DecodeError(f"{self.name}: {raw.size} bytes do not split into {nrows} rows")
         rows = _rows(raw, nrows)
         if rows.itemsize * rows.shape[1] >= _LOOP_ROW_BYTES:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chunkstore.codecs._base import LevelledCodec
-from chunkstore.codecs._util import DecodeError, as_bytes, buffer_view, deliver
+from chunkstore.codecs._util import DecodeError, as_bytes, bounded_stream, buffer_view, deliver
 
 __all__ = ["GzipCodec"]
 
@@ -32,6 +32,7 @@ class GzipCodec(LevelledCodec):
     """
 
     codec_id = "gzip"
+    hdf5_filter = "deflate"
     LEVELS: ClassVar[range] = range(0, 10)
     DEFAULT_LEVEL: ClassVar[int] = 6
 
@@ -40,16 +41,14 @@ class GzipCodec(LevelledCodec):
             level = self.DEFAULT_LEVEL
         super().__init__(level=level)
 
-    def get_config(self) -> dict[str, Any]:
-        return {"level": self.level}
-
     def encode(self, arr: np.ndarray) -> bytes:
         return zlib.compress(as_bytes(arr).data, self.level)
 
     def decode(self, buf: Any, out: np.ndarray | None = None) -> np.ndarray:
-        bufsize = out.nbytes if out is not None and out.nbytes else zlib.DEF_BUF_SIZE
         try:
-            raw = zlib.decompress(buffer_view(buf), bufsize=bufsize)
+            if out is not None:  # bounded: never more than out holds
+                return bounded_stream(self.name, zlib.decompressobj(), buffer_view(buf), out)
+            raw = zlib.decompress(buffer_view(buf))
         except zlib.error as e:
             raise DecodeError(f"{self.name}: {e}") from e
         return deliver(self.name, raw, out)

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chunkstore.codecs._base import LevelledCodec
-from chunkstore.codecs._util import DecodeError, as_bytes, buffer_view, deliver
+from chunkstore.codecs._util import DecodeError, as_bytes, bounded_stream, buffer_view, deliver
 from chunkstore.errors import MissingBackendError
 
 __all__ = ["IGzipCodec"]
@@ -41,6 +41,7 @@ class IGzipCodec(LevelledCodec):
     """
 
     codec_id = "igzip"
+    hdf5_filter = "deflate"
     LEVELS: ClassVar[range] = range(0, 4)
     DEFAULT_LEVEL: ClassVar[int] = 2
 
@@ -53,9 +54,10 @@ class IGzipCodec(LevelledCodec):
 
     def decode(self, buf: Any, out: np.ndarray | None = None) -> np.ndarray:
         isal_zlib = _isal_zlib()
-        bufsize = out.nbytes if out is not None and out.nbytes else isal_zlib.DEF_BUF_SIZE
         try:
-            raw = isal_zlib.decompress(buffer_view(buf), bufsize=bufsize)
+            if out is not None:  # bounded: never more than out holds
+                return bounded_stream(self.name, isal_zlib.decompressobj(), buffer_view(buf), out)
+            raw = isal_zlib.decompress(buffer_view(buf))
         except isal_zlib.error as e:
             raise DecodeError(f"{self.name}: {e}") from e
         return deliver(self.name, raw, out)

@@ -12,6 +12,7 @@ from chunkstore.codecs._base import LevelledCodec
 from chunkstore.codecs._util import (
     DecodeError,
     as_bytes,
+    bounded_stream,
     buffer_view,
     deliver,
     out_bytes,
@@ -44,16 +45,28 @@ class LZ4FrameCodec(LevelledCodec):
     LEVELS: ClassVar[range] = range(-_MAX_ACCELERATION, 17)
     DEFAULT_LEVEL: ClassVar[int] = 0
 
-
     def encode(self, arr: np.ndarray) -> bytes:
         return lz4.frame.compress(as_bytes(arr).data, compression_level=self.level, store_size=True)
 
     def decode(self, buf: Any, out: np.ndarray | None = None) -> np.ndarray:
+        src = buffer_view(buf)
         try:
-            raw = lz4.frame.decompress(buffer_view(buf), return_bytearray=True)
+            if out is not None:  # bounded: never more than out holds
+                self._check_declared_size(src, out)
+                return bounded_stream(self.name, lz4.frame.LZ4FrameDecompressor(), src, out)
+            raw = lz4.frame.decompress(src, return_bytearray=True)
         except RuntimeError as e:
             raise DecodeError(f"{self.name}: {e}") from e
         return deliver(self.name, raw, out)
+
+    def _check_declared_size(self, src: memoryview, out: np.ndarray) -> None:
+        """A frame that declares its content size must declare ``out``'s."""
+        try:
+            size = lz4.frame.get_frame_info(src)["content_size"]
+        except (RuntimeError, KeyError) as e:
+            raise DecodeError(f"{self.name}: not an lz4 frame ({e})") from e
+        if size and size != out.nbytes:  # 0: the writer did not store the size
+            raise size_error(self.name, size, out)
 
 
 class LZ4BlockCodec(LevelledCodec):

@@ -25,6 +25,7 @@ class NoneCodec(Codec):
     """
 
     codec_id = "none"
+    hdf5_filter = "none"
 
     @property
     def name(self) -> str:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from chunkstore.codecs import _base
 from chunkstore.codecs._base import Codec
 from chunkstore.codecs._blosc2 import CNAMES, Blosc2Codec
 from chunkstore.codecs._delta import XorDelta
@@ -150,24 +151,43 @@ def get_codec(name_or_codec: str | Codec) -> Codec:
 
 
 def codec_from_config(config: Mapping[str, Any]) -> Codec:
-    """Rebuild a codec from ``{"id": codec.codec_id, **codec.get_config()}``.
+    """Rebuild a codec from its ``get_config()`` (which carries the codec's ``"id"``).
+
+    Raises
+    ------
+    CodecConfigError
+        Not a mapping, an unknown id, or parameters the codec refuses.
 
     Examples
     --------
     >>> c = get_codec("blosc2-zstd-5")
-    >>> codec_from_config({"id": c.codec_id, **c.get_config()}) == c
+    >>> c.get_config()
+    {'id': 'blosc2', 'cname': 'zstd', 'level': 5}
+    >>> codec_from_config(c.get_config()) == c
     True
     """
-    params = dict(config)
-    codec_id = params.pop("id", None)
+    if not isinstance(config, Mapping):
+        raise CodecConfigError(f"a codec config is a mapping, got {type(config).__name__}")
+    codec_id = config.get("id")
     cls = _REGISTRY.get(codec_id) if isinstance(codec_id, str) else None
     if cls is None:
         known = ", ".join(sorted(_REGISTRY))
-        raise CodecConfigError(f"unknown codec id {codec_id!r} in {dict(config)!r}; known: {known}")
+        raise CodecConfigError(f"unknown codec id {_short(codec_id)} in a codec config; known: {known}")
     try:
-        return cls.from_config(params)
-    except TypeError as e:
-        raise CodecConfigError(f"bad config for codec {codec_id!r}: {e}") from e
+        return cls.from_config(dict(config))
+    except CodecConfigError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:  # a damaged or crafted config
+        raise CodecConfigError(f"bad config for codec {codec_id!r}: {_short(e)}") from e
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to a line: configs may hold a 64 KB dictionary."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+_base._resolver = get_codec  # codecs that wrap another (xor+) resolve names through this
 
 
 def codec_names() -> list[str]:

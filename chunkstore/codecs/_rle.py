@@ -96,15 +96,20 @@ class RLECodec(Codec):
 
     def decode(self, buf: Any, out: np.ndarray | None = None) -> np.ndarray:
         values, lengths = self._parse(buffer_view(buf))
-        total = int(lengths.sum(dtype=np.uint64)) * values.itemsize * values.shape[1]
+        item = values.itemsize * values.shape[1]
         if out is not None:
             dst = out_bytes(out)
+            # bounded before anything is allocated. A float sum cannot wrap around as
+            # an integer one can (crafted lengths near 2**63): it screens them first.
+            if float(lengths.sum(dtype=np.float64)) * item > 2.0 * dst.size + 1:
+                raise DecodeError(f"rle: runs add up to far more than the {dst.size} bytes expected")
+            total = int(lengths.sum(dtype=np.uint64)) * item
             if total != dst.size:
                 raise size_error(self.name, total, out)
             target = dst.view(values.dtype).reshape(-1, values.shape[1])
             np.copyto(target, np.repeat(values, lengths, axis=0))
             return out
-        return np.repeat(values, lengths, axis=0).reshape(-1).view(np.uint8)
+        return np.repeat(values, lengths, axis=0).reshape(-1).view(np.uint8)  # trusts the header
 
     def _parse(self, mv: memoryview) -> tuple[np.ndarray, np.ndarray]:
         if len(mv) < _HEADER.size:

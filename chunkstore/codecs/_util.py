@@ -7,16 +7,24 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.errors import ChunkstoreError, CodecConfigError
+from chunkstore.errors import CodecConfigError, CorruptChunkError
 
-__all__ = ["DecodeError", "as_bytes", "buffer_view", "check_level", "deliver", "out_bytes"]
+__all__ = [
+    "DecodeError",
+    "as_bytes",
+    "bounded_stream",
+    "buffer_view",
+    "check_level",
+    "deliver",
+    "out_bytes",
+]
 
 
-class DecodeError(ChunkstoreError, ValueError):
+class DecodeError(CorruptChunkError):
     """Chunk bytes could not be decoded, or decode to a size other than ``out.nbytes``.
 
-    The chunk store wraps it into :class:`chunkstore.errors.CorruptChunkError`,
-    which names the array and chunk.
+    A :class:`~chunkstore.errors.CorruptChunkError` without array and chunk; the
+    chunk store re-raises it as one naming the array and chunk.
     """
 
 
@@ -70,6 +78,30 @@ def deliver(codec: str, raw: Any, out: np.ndarray | None) -> np.ndarray:
     if src.size != dst.size:
         raise size_error(codec, src.size, out)
     np.copyto(dst, src)
+    return out
+
+
+def bounded_stream(codec: str, dobj: Any, src: Any, out: np.ndarray) -> np.ndarray:
+    """Fill ``out`` from an incremental decompressor, never producing more than it holds.
+
+    ``dobj`` is a zlib-style decompressor object (zlib, isal, lz4.frame) whose
+    ``decompress(data, max_length)`` returns at most ``max_length`` bytes. After
+    ``out.nbytes`` bytes, one byte more is asked for: if the stream has it, the
+    chunk is too long and decoding stops there (a crafted chunk may expand to
+    gigabytes). The stream must also be complete (its end and checksum read).
+    """
+    dst = out_bytes(out)
+    want = dst.size
+    raw = dobj.decompress(src, want or 1)  # max_length 0 would mean "unlimited" to zlib
+    if len(raw) != want:
+        raise DecodeError(f"{codec}: chunk decodes to {len(raw)} bytes or more, expected {want}")
+    if not dobj.eof:  # the end of the stream is still to be read: it must add nothing
+        # zlib and isal hand back the input they did not consume; lz4 keeps it internally
+        if dobj.decompress(getattr(dobj, "unconsumed_tail", b""), 1):
+            raise DecodeError(f"{codec}: chunk decodes to more than the expected {want} bytes")
+        if not dobj.eof:
+            raise DecodeError(f"{codec}: the compressed stream is truncated")
+    np.copyto(dst, np.frombuffer(raw, np.uint8))
     return out
 
 

@@ -16,6 +16,12 @@ Keeping RSS low while the tier holds many GB:
   cache, so views already handed out keep reading correct data (tested). Where
   ``madvise`` is missing the mapping is dropped instead and re-created on the
   next read; old views keep the old mapping alive until they die.
+
+Files never outlive their owner by accident: the private directory is removed by
+``close()``, and otherwise when the tier is garbage-collected or at interpreter
+exit, also after an exception (``weakref.finalize``), unless ``keep_files=True``.
+A segment file's descriptor is closed when the file object dies, so a collected
+tier gives its disk space back. Only a killed process (SIGKILL) leaves them.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +52,15 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 class SegmentFile:
     """One preallocated (sparse) segment file with a lazily created read mapping."""
 
-    __slots__ = ("_array", "_mmap", "capacity", "fd", "path")
+    __slots__ = ("__weakref__", "_array", "_closer", "_mmap", "capacity", "fd", "path")
 
     def __init__(self, path: Path, capacity: int) -> None:
         self.path = path
         self.capacity = capacity
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+        # an unlinked file keeps its disk space while a descriptor is open: close it
+        # when this object dies even if close() is never called
+        self._closer = weakref.finalize(self, os.close, self.fd)
         self._mmap: mmap.mmap | None = None
         self._array: np.ndarray | None = None
         os.ftruncate(self.fd, capacity)
@@ -94,24 +104,56 @@ class SegmentFile:
                 self._mmap.close()
             self._mmap = None
         if self.fd >= 0:
-            os.close(self.fd)
+            self._closer()  # closes the descriptor once
             self.fd = -1
         if unlink:
             self.path.unlink(missing_ok=True)
 
 
+class _Removal:
+    """What the finalizer of a SegmentDirectory needs (never the directory object itself)."""
+
+    __slots__ = ("keep", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.keep = False
+
+
+def _remove_unless_kept(removal: _Removal) -> None:
+    if not removal.keep:
+        shutil.rmtree(removal.path, ignore_errors=True)
+
+
 class SegmentDirectory:
-    """A private subdirectory of the user's directory, so tiers can share it."""
+    """A private subdirectory of the user's directory, so tiers can share it.
+
+    It is removed by :meth:`remove`, or when this object is garbage-collected or
+    the interpreter exits, unless :attr:`keep` is set.
+    """
 
     def __init__(self, directory: str | os.PathLike[str], prefix: str) -> None:
         parent = Path(directory)
         parent.mkdir(parents=True, exist_ok=True)
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        self._removal = _Removal(self.path)
+        self._finalizer = weakref.finalize(self, _remove_unless_kept, self._removal)
+
+    @property
+    def keep(self) -> bool:
+        """Leave the files on disk when this object dies or the interpreter exits."""
+        return self._removal.keep
+
+    @keep.setter
+    def keep(self, value: bool) -> None:
+        self._removal.keep = bool(value)
 
     def create(self, name: str, capacity: int) -> SegmentFile:
         return SegmentFile(self.path / name, capacity)
 
     def remove(self) -> None:
+        """Delete the directory and its files now."""
+        self._finalizer.detach()
         shutil.rmtree(self.path, ignore_errors=True)
 
 
@@ -193,7 +235,8 @@ class DiskTier(SegmentedTier):
     max_mapped_bytes : int
         Mapped bytes handed out by ``get`` before the touched pages are dropped.
     keep_files : bool
-        Leave the segment files on disk at ``close()``.
+        Leave the segment files on disk at ``close()``, garbage collection and
+        interpreter exit (by default they are removed at all three).
 
     Examples
     --------
@@ -214,6 +257,15 @@ class DiskTier(SegmentedTier):
         self._pages = PageBudget(max_mapped_bytes)
         self._dir = SegmentDirectory(directory, prefix="chunkstore-disk-")
         self.keep_files = keep_files
+
+    @property
+    def keep_files(self) -> bool:
+        """Leave the segment files on disk (see the class docstring)."""
+        return self._dir.keep
+
+    @keep_files.setter
+    def keep_files(self, value: bool) -> None:
+        self._dir.keep = value
 
     @property
     def path(self) -> Path:

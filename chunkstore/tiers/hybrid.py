@@ -62,7 +62,8 @@ class HybridTier(SegmentedTier):
     ram_budget_bytes : int
         RAM for segments (live, being appended to, or spare).
     directory : path-like
-        Where spill files go (a private subdirectory is created; removed at close).
+        Where spill files go: a private subdirectory, removed at ``close()``, when
+        the tier is garbage-collected, and at interpreter exit.
     segment_bytes : int
         Size of one segment (default 4 MiB).
     max_mapped_bytes : int

@@ -1,6 +1,6 @@
 """FileTier: chunks read in place from a saved file, new chunks in a writable tier.
 
-A lazily loaded store (:func:`chunkstore.format.load` with ``lazy=True``) keeps
+A lazily loaded store (:func:`chunkstore.hdf5.load` with ``lazy=True``) keeps
 its chunks where they are: in the saved HDF5 file, which is memory-mapped once,
 read-only, and shared by every array of the store. Reads are zero-copy slices of
 the mapping. The buffer keeps training after a load, so chunks written after it
@@ -14,6 +14,13 @@ segments as "not stored", so the file cannot use a negative id.
 Each file chunk's CRC32 is checked on its first read (``verify=True``), so a
 damaged chunk raises :class:`~chunkstore.errors.CorruptChunkError` naming the
 array and chunk instead of decoding into wrong data.
+
+Files must be replaced by rename (``save`` does): the mapping keeps reading the
+file it opened. A file written into in place (``cp new.h5 buf.h5``, truncation)
+would change or, past its new end, crash the process with SIGBUS; every read
+first compares the file's size and modification time with those at load time
+and raises :class:`~chunkstore.errors.FileChangedError` when they differ. (A
+change between that check and the read itself cannot be caught.)
 """
 
 from __future__ import annotations
@@ -21,24 +28,20 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import zlib
+import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from chunkstore.errors import CorruptChunkError
+from chunkstore.errors import CorruptChunkError, FileChangedError
+from chunkstore.hdf5.checksum import check_crc
 from chunkstore.tiers._base import ChunkRef, Tier
 from chunkstore.tiers.memory import MemoryTier
 
-__all__ = ["FileChunk", "FileTier", "MappedFile", "crc32"]
+__all__ = ["FileChunk", "FileTier", "MappedFile"]
 
 FILE_SEGMENT = 0
-
-
-def crc32(data: Any) -> int:
-    """zlib's CRC32 of any C-contiguous buffer (bytes, memoryview, uint8 ndarray)."""
-    return zlib.crc32(data)
 
 
 class FileChunk(NamedTuple):
@@ -61,25 +64,54 @@ class MappedFile:
 
     def __init__(self, path: str | os.PathLike[str], fd: int | None = None) -> None:
         self.path = os.fspath(path)
-        own = fd is None
-        if fd is None:
-            fd = os.open(self.path, os.O_RDONLY)
-        try:
-            self.size = os.fstat(fd).st_size
-            self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if self.size else None
-        finally:
-            if own:
-                os.close(fd)
+        # our own descriptor: every read compares the file's size and mtime with these
+        self._fd = os.open(self.path, os.O_RDONLY) if fd is None else os.dup(fd)
+        self._closer = weakref.finalize(self, os.close, self._fd)
+        st = os.fstat(self._fd)
+        self._mtime_ns = st.st_mtime_ns
+        self._changed: str | None = None
+        self.size = st.st_size
+        self._mmap = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else None
         self.buf: np.ndarray | None = (
             np.frombuffer(self._mmap, dtype=np.uint8) if self._mmap is not None
             else np.empty(0, np.uint8)
         )
 
     def view(self, offset: int, nbytes: int) -> np.ndarray:
+        """``nbytes`` bytes at ``offset`` (fewer past the end), zero-copy, after :meth:`check_unchanged`."""
         buf = self.buf
         if buf is None:
             raise ValueError(f"{self.path} was closed; its chunks can no longer be read")
+        # inlined check_unchanged(): this runs once per chunk read (one fstat, ~2 us)
+        try:
+            st = os.fstat(self._fd)
+        except OSError as e:  # closed meanwhile
+            raise ValueError(f"{self.path} was closed; its chunks can no longer be read") from e
+        if st.st_mtime_ns != self._mtime_ns or st.st_size != self.size or self._changed:
+            self._raise_changed(st)
         return buf[offset:offset + nbytes]
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`FileChangedError` if the file was written into since it was mapped.
+
+        A batched read path that reads the mapping directly calls this once per batch.
+        """
+        try:
+            st = os.fstat(self._fd)
+        except OSError as e:  # closed meanwhile
+            raise ValueError(f"{self.path} was closed; its chunks can no longer be read") from e
+        if st.st_mtime_ns != self._mtime_ns or st.st_size != self.size or self._changed:
+            self._raise_changed(st)
+
+    def _raise_changed(self, st: os.stat_result) -> None:
+        if self._changed is None:  # the first sight of the change is what the error says
+            how = (f"now {st.st_size} bytes, was {self.size}" if st.st_size != self.size
+                   else "rewritten, same size")
+            self._changed = (
+                f"{self.path} was changed in place after it was loaded ({how}): its chunks can "
+                "no longer be trusted. Replace saved files by rename (save() does), never by "
+                "writing into them; load it again.")
+        raise FileChangedError(self._changed)
 
     def close(self) -> None:
         """Forget the mapping; it is unmapped once no chunk view is alive."""
@@ -88,6 +120,7 @@ class MappedFile:
         if mm is not None:
             with contextlib.suppress(BufferError):  # a view handed out is still alive
                 mm.close()
+        self._closer()
 
     @property
     def closed(self) -> bool:
@@ -118,10 +151,10 @@ class FileTier(Tier):
 
     Examples
     --------
-    >>> import tempfile, numpy as np
+    >>> import tempfile, zlib
     >>> with tempfile.NamedTemporaryFile() as f:
     ...     _ = f.write(b"xxhello"); f.flush()
-    ...     tier = FileTier(MappedFile(f.name), [0], [2], [5], [crc32(b"hello")])
+    ...     tier = FileTier(MappedFile(f.name), [0], [2], [5], [zlib.crc32(b"hello")])
     ...     ref = tier.put(FileChunk(2, 5))
     ...     bytes(tier.get(ref))
     b'hello'
@@ -233,12 +266,15 @@ class FileTier(Tier):
     def note_reads(self, counts: np.ndarray) -> None:
         self.writable.note_reads(counts[1:])
 
-    @property
-    def checks_reads(self) -> bool:  # type: ignore[override]
-        return self.verify
+    #: a native read must first see that the file was not changed in place (and check CRCs)
+    checks_reads = True
 
     def check_reads(self, segments: np.ndarray, offsets: np.ndarray, nbytes: np.ndarray) -> None:
-        """Check the CRC32 of every file chunk in the batch not checked before."""
+        """The file unchanged since it was mapped, and the CRC32 of every file chunk in the
+        batch not checked before (with ``verify``)."""
+        self.file.check_unchanged()
+        if not self.verify:
+            return
         offs = offsets[segments == FILE_SEGMENT]
         if not offs.size or not self._offsets.size:
             return
@@ -258,13 +294,10 @@ class FileTier(Tier):
         k = int(np.searchsorted(self._offsets, offset))
         if k == len(self._offsets) or self._offsets[k] != offset or self._checked[k]:
             return
-        got = crc32(view)
-        if got != self._crc[k] or view.size != self._nbytes[k]:
-            chunk = int(self._chunk_ids[k])
-            raise CorruptChunkError(
-                f"{self.name}: chunk {chunk} in {self.file.path} is corrupt (CRC32 "
-                f"{got:#010x}, expected {int(self._crc[k]):#010x})",
-                array=self.name,
-                chunk=chunk,
-            )
+        chunk = int(self._chunk_ids[k])
+        what = f"{self.name}: chunk {chunk} in {self.file.path}"
+        if view.size != self._nbytes[k]:
+            raise CorruptChunkError(f"{what} lies beyond the end of the file", array=self.name,
+                                    chunk=chunk)
+        check_crc(view, self._crc[k], what, array=self.name, chunk=chunk)
         self._checked[k] = True  # a benign race between readers: at worst checked twice

@@ -1,0 +1,195 @@
+"""Open a saved store: its arrays lazily (memory-mapped) or eagerly, its extras and attrs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from chunkstore.array import ChunkedArray
+from chunkstore.cache import LRUChunkCache
+from chunkstore.codecs import codec_from_config
+from chunkstore.errors import CodecConfigError, CorruptChunkError, FormatError
+from chunkstore.hdf5._meta import (
+    ArrayMeta,
+    Header,
+    damaged,
+    open_file,
+    read_array_meta,
+    read_extra,
+    read_header,
+)
+from chunkstore.hdf5.checksum import check_crc
+from chunkstore.hdf5.filetier import FileChunk, FileTier, MappedFile
+from chunkstore.tiers import MemoryTier, Tier
+
+__all__ = ["Store", "load"]
+
+#: chunks between progress-bar updates
+BAR_STEP = 512
+
+
+@dataclass
+class Store:
+    """What :func:`load` returns: arrays, extras and attrs of one saved file.
+
+    Lazily loaded arrays read their chunks from the file until :meth:`close`;
+    use the store as a context manager, or keep it open while training.
+    """
+
+    arrays: dict[str, ChunkedArray]
+    extras: dict[str, np.ndarray]
+    attrs: dict[str, Any]
+    path: str
+    #: format_version, chunkstore_version, created, arrays, extras, checksums ("verified",
+    #: or "none (format 1)"), and hdf5_filters (per array: "zstd", "deflate", "none", or
+    #: "chunkstore" where plain h5py cannot decode it)
+    header: dict[str, Any] = field(default_factory=dict)
+    _file: MappedFile | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        """Stop reading the file (lazy arrays can no longer read their file chunks)."""
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    lazy: bool = True,
+    tier: Tier | None = None,
+    cache: LRUChunkCache | int | None = None,
+    verify: bool | None = None,
+    progress: bool = False,
+) -> Store:
+    """Open a file written by :func:`~chunkstore.hdf5.save`.
+
+    Parameters
+    ----------
+    lazy
+        True: chunks stay in the file (memory-mapped, read on demand); chunks
+        written after the load go to ``tier`` (default: a MemoryTier per array).
+        False: every chunk is copied into ``tier`` (default: a MemoryTier per array).
+        Replace a lazily loaded file only by rename (see :mod:`~chunkstore.hdf5.filetier`).
+    tier
+        See ``lazy``; one tier may be shared by all arrays.
+    cache
+        The arrays' decoded-chunk cache, as for :class:`ChunkedArray`.
+    verify
+        None (default): check each chunk's CRC32 as it is loaded (eager) or on
+        its first read (lazy). True: also check every chunk up front when lazy.
+        False: no chunk checks. The metadata checksums (header, codec config and
+        dictionary, chunk tables, extras) are always checked: they cost nothing.
+    progress
+        Progress bar over chunks for an eager load.
+
+    Raises
+    ------
+    FormatError
+        Not a regular file, not a chunkstore file (garbage, truncated, another HDF5
+        file), a newer version, or sizes declared beyond what this machine can hold.
+    CorruptFileError
+        (a FormatError) Metadata that fails its checksum or cannot be parsed.
+    CorruptChunkError
+        A chunk or extra failed its checksum or is missing (names the array and chunk).
+    """
+    path = os.fspath(path)
+    with open_file(path) as (f, fd):
+        header = read_header(f, path)
+        metas = [read_array_meta(f, name, header) for name in header.arrays]
+        extras = {name: read_extra(f, name, header, verify is not False) for name in header.extras}
+        mapped = MappedFile(path, fd)
+    arrays = {}
+    try:
+        with _bar(sum(len(m.chunks) for m in metas), progress and not lazy) as bar:
+            for meta in metas:
+                check_locations(meta, mapped)
+                build = _lazy_array if lazy else _eager_array
+                arrays[meta.name] = build(meta, mapped, tier, cache, verify, bar)
+    except BaseException:
+        mapped.close()
+        raise
+    if not lazy:
+        mapped.close()
+    return Store(arrays, extras, header.attrs, path, _header_info(header, metas),
+                 mapped if lazy else None)
+
+
+def _header_info(header: Header, metas: list[ArrayMeta]) -> dict[str, Any]:
+    return {
+        "format_version": header.format_version,
+        "chunkstore_version": header.chunkstore_version,
+        "created": header.created,
+        "arrays": header.arrays,
+        "extras": header.extras,
+        "checksums": "verified" if header.checksums is not None else "none (format 1)",
+        "hdf5_filters": {m.name: m.hdf5_filter for m in metas},
+    }
+
+
+def check_locations(meta: ArrayMeta, mapped: MappedFile) -> None:
+    """Every listed chunk is in the file, within its bytes."""
+    chunks, offsets, nbytes, _ = meta.sources()
+    for c in chunks[meta.offsets < 0].tolist():
+        raise CorruptChunkError(f"{meta.name}: chunk {c} is listed as stored but missing from "
+                                f"{mapped.path}", array=meta.name, chunk=c)
+    for c in chunks[(offsets < 0) | (offsets + nbytes > mapped.size)].tolist():
+        raise CorruptChunkError(f"{meta.name}: chunk {c} lies beyond the end of {mapped.path}; "
+                                "the file is truncated", array=meta.name, chunk=c)
+
+
+def new_array(meta: ArrayMeta, tier: Tier, cache: LRUChunkCache | int | None,
+              path: str) -> ChunkedArray:
+    """An empty ChunkedArray with the file's geometry and codec."""
+    try:
+        codec = codec_from_config(meta.codec_config)
+    except CodecConfigError as e:
+        raise FormatError(f"{path}: array {meta.name!r}: this chunkstore cannot read its codec: "
+                          f"{e}") from e
+    with damaged(path, f"array {meta.name!r}"):
+        return ChunkedArray(meta.capacity, meta.item_shape, meta.dtype, chunk_len=meta.chunk_len,
+                            codec=codec, tier=tier, cache=cache, name=meta.name)
+
+
+def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
+                cache: LRUChunkCache | int | None, verify: bool | None, bar: tqdm) -> ChunkedArray:
+    chunks, offsets, nbytes, crcs = meta.sources()
+    ftier = FileTier(mapped, chunks, offsets, nbytes, crcs, writable=tier, name=meta.name,
+                     verify=verify is not False)
+    arr = new_array(meta, ftier, cache, mapped.path)
+    for c, off, n in zip(chunks.tolist(), offsets.tolist(), nbytes.tolist(), strict=True):
+        arr.put_chunk_bytes(c, FileChunk(off, n))  # adopts the file bytes, no copy
+    if verify:
+        ftier.verify_all()
+    return arr
+
+
+def _eager_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
+                 cache: LRUChunkCache | int | None, verify: bool | None, bar: tqdm) -> ChunkedArray:
+    arr = new_array(meta, tier if tier is not None else MemoryTier(), cache, mapped.path)
+    chunks, offsets, nbytes, crcs = meta.sources()
+    for k, (c, off, n) in enumerate(zip(chunks.tolist(), offsets.tolist(), nbytes.tolist(),
+                                        strict=True)):
+        data = mapped.view(off, n)
+        if verify is not False:
+            check_crc(data, crcs[k], f"{meta.name}: chunk {c} in {mapped.path}",
+                      array=meta.name, chunk=c)
+        arr.put_chunk_bytes(c, data)
+        if k % BAR_STEP == BAR_STEP - 1:
+            bar.update(BAR_STEP)
+    bar.update(len(chunks) % BAR_STEP)
+    return arr
+
+
+def _bar(total: int, progress: bool) -> tqdm:
+    return tqdm(total=total, unit="chunk", desc="load", disable=None if progress else True,
+                leave=False, unit_scale=True)
