@@ -300,8 +300,12 @@ def _huge_buffer(cfg: dict[str, Any], tier: Any) -> dict[str, Any]:
     from atari_data import collect_stacked
 
     tr = collect_stacked(GAME, cfg["collect_steps"], 1, cfg["seed"], cfg.get("cache_dir"))
+    source = sum(a.nbytes for a in (tr.obs, tr.next_obs, tr.actions, tr.rewards, tr.dones))
     obs_space, act_space = _spaces()
     n = cfg["transitions"]
+    from sb3_integration import CompressedReplayBuffer  # imports (numba) before the baseline
+
+    del CompressedReplayBuffer
     rss0 = rss()
     with PeakRSS() as peak:
         buf = make_ours_on_tier(n, obs_space, act_space, tier, cfg.get("options", {}))
@@ -310,7 +314,9 @@ def _huge_buffer(cfg: dict[str, Any], tier: Any) -> dict[str, Any]:
         sample_ms = median_ms(lambda: buf.sample(256), n=cfg["samples"])
         stored = ours_in_ram_bytes(buf)
     return {"fill_s": fill_s, "fill_per_s": n / fill_s, "sample_ms": sample_ms, "cbytes": stored,
-            "peak_rss": peak.peak, "rss_before": rss0, "peak_growth": peak.peak - rss0}
+            "small_arrays_bytes": int(buf.small_nbytes), "source_bytes": source,
+            "peak_rss": peak.peak, "peak_rss_without_source": peak.peak - source,
+            "rss_before": rss0, "peak_growth": peak.peak - rss0}
 
 
 def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -377,7 +383,8 @@ def render(save_rows: list[dict[str, Any]], huge_rows: list[dict[str, Any]], arg
         for r in huge_rows:
             if "error" not in r:
                 r.update(peak_rss_mb=r["peak_rss"] / MB, peak_growth_mb=r["peak_growth"] / MB,
-                         cbytes_mb=r["cbytes"] / MB, disk_mb=r.get("disk_bytes", 0) / MB)
+                         cbytes_mb=r["cbytes"] / MB, disk_mb=r.get("disk_bytes", 0) / MB,
+                         peak_wo_source_mb=r.get("peak_rss_without_source", r["peak_rss"]) / MB)
         for level in ("store", "buffer"):
             rows = [r for r in huge_rows if r.get("level") == level and "error" not in r]
             ram = next((r for r in rows if r["tier"] == "memory"), None)
@@ -389,6 +396,7 @@ def render(save_rows: list[dict[str, Any]], huge_rows: list[dict[str, Any]], arg
                               ("label", "tier"), ("cbytes_mb", "compressed MB"), ("disk_mb", "on disk MB"),
                               ("fill_per_s", "fill / s"), ("sample_ms", "sample(256) ms"),
                               ("sample_vs_ram", "/ all-RAM"), ("peak_rss_mb", "peak RSS MB"),
+                              ("peak_wo_source_mb", "peak RSS without source data MB"),
                               ("peak_growth_mb", "peak RSS growth MB"), ("exact", "exact")])]
     errs = [r for r in save_rows + huge_rows if "error" in r]
     if errs:
