@@ -234,6 +234,7 @@ class ChunkedArray:
         self._spare: list[np.ndarray] = []  # buffers of sealed chunks, reused for the next open ones
         self._cbytes_sealed = 0
         self._raw_sealed = 0
+        self._max_len = 0  # the largest encoded chunk stored so far
         self._scratch = threading.local()
         self._lock = threading.RLock()
         self._placements: dict[tuple[Any, ...], Any] = {}  # take_into's output layouts, by shape
@@ -469,6 +470,7 @@ class ChunkedArray:
 
     def _store(self, c: int, ref: ChunkRef) -> None:
         self._seg[c], self._off[c], self._len[c] = ref
+        self._max_len = max(self._max_len, ref.nbytes)  # what a native read of a file may need
         self._version[c] += 1
         self._cbytes_sealed += ref.nbytes
         self._raw_sealed += self._rows(c) * self._item_nbytes
@@ -520,6 +522,7 @@ class ChunkedArray:
             self.tier.release(self._ref(c))
             self._cbytes_sealed += ref.nbytes - int(self._len[c])
             self._seg[c], self._off[c], self._len[c] = ref
+            self._max_len = max(self._max_len, ref.nbytes)
 
     def _decoded_copy(self, c: int) -> np.ndarray:
         block = np.empty((self._rows(c), *self.item_shape), dtype=self.dtype)
@@ -721,20 +724,18 @@ class ChunkedArray:
             dst_off = np.arange(ids.size, dtype=np.int64) * self._item_nbytes
             pattern = (1, self._item_nbytes, 0)
         tier = self.tier
-        with tier.host_segments() as seg_addr:
-            if seg_addr is None:
+        with tier.host_segments() as segs:
+            if segs is None:
                 return False
             if tier.checks_reads:
                 self._check_reads(ids)
             chunks, addrs = self._open_chunks()
             res = native.gather(
                 ids, out, dst_off, pattern, chunk_len=self.chunk_len, capacity=self.capacity,
-                item_bytes=self._item_nbytes, table=(self._seg, self._off, self._len),
-                seg_addr=seg_addr, open_chunks=chunks, open_addr=addrs, spec=spec,
-                threads=self.threads, count_touches=tier.tracks_reads,
+                item_bytes=self._item_nbytes, table=(self._seg, self._off, self._len), segs=segs,
+                max_chunk_bytes=self._max_len, open_chunks=chunks, open_addr=addrs, spec=spec,
+                threads=self.threads,
             )
-        if res.touched is not None:
-            tier.note_reads(res.touched)
         if res.code:
             raise CorruptChunkError(
                 f"{self.name}: chunk {res.chunk} could not be decoded with {self.codec.name}: "

@@ -126,10 +126,9 @@ class MappedFile:
     def closed(self) -> bool:
         return self.buf is None
 
-    def address(self) -> int:
-        """Host address of the mapping (0 once closed or for an empty file)."""
-        buf = self.buf
-        return 0 if buf is None or buf.size == 0 else int(buf.ctypes.data)
+    def fileno(self) -> int:
+        """The file's descriptor, for reads that bypass the mapping (-1 once closed)."""
+        return -1 if self.buf is None else self._fd
 
 
 class FileTier(Tier):
@@ -252,19 +251,14 @@ class FileTier(Tier):
     # -- the native read path ---------------------------------------------------------
     @contextlib.contextmanager
     def host_segments(self) -> Iterator[np.ndarray | None]:
+        # the file is segment 0, pread by the native path (nothing mapped: no RSS, and a
+        # truncated file is a short read, not a SIGBUS); new chunks are segments 1..
         with self.writable.host_segments() as new:
-            base = self.file.address()
-            if new is None or base == 0:
+            fd = self.file.fileno()
+            if new is None or fd < 0:
                 yield None
                 return
-            yield np.concatenate((np.array([base], np.int64), new))
-
-    @property
-    def tracks_reads(self) -> bool:  # type: ignore[override]
-        return self.writable.tracks_reads
-
-    def note_reads(self, counts: np.ndarray) -> None:
-        self.writable.note_reads(counts[1:])
+            yield np.concatenate((np.array([[0], [fd]], np.int64), new), axis=1)
 
     #: a native read must first see that the file was not changed in place (and check CRCs)
     checks_reads = True

@@ -147,7 +147,6 @@ class GatherResult:
     code: int
     chunk: int
     found: int
-    touched: np.ndarray | None
 
     @property
     def message(self) -> str:
@@ -155,7 +154,9 @@ class GatherResult:
             return f"decodes to {self.found} bytes, not the expected size"
         if self.code == 2:
             return f"is not a valid frame (libzstd error {-self.found})"
-        return f"lies in segment {self.found}, which has no host address"
+        if self.code == 4:
+            return f"could not be read from its file (read returned {self.found}: truncated?)"
+        return f"lies in segment {self.found}, which has no host address or file"
 
 
 def gather(
@@ -168,64 +169,59 @@ def gather(
     capacity: int,
     item_bytes: int,
     table: tuple[np.ndarray, np.ndarray, np.ndarray],
-    seg_addr: np.ndarray,
+    segs: np.ndarray,
+    max_chunk_bytes: int,
     open_chunks: np.ndarray,
     open_addr: np.ndarray,
     spec: NativeSpec,
     threads: int = 1,
-    count_touches: bool = False,
 ) -> GatherResult:
     """Copy item ``ids[i]`` of a chunked array to ``dst`` at byte ``dst_off[i]`` (``-1``: zeros).
 
     ``pattern`` is ``(nruns, run, stride)``: an item is ``nruns`` runs of ``run``
     bytes, contiguous in the chunk and ``stride`` bytes apart in ``dst``.
-    ``table`` is the chunk table (segment, offset, nbytes per chunk), ``seg_addr``
-    the host address of each segment. The caller keeps all of them unchanged and
-    alive for the duration of the call. ``threads`` > 1 splits the chunks of
-    the batch over that many threads.
+    ``table`` is the chunk table (segment, offset, nbytes per chunk); ``segs`` the
+    host address (row 0) or file descriptor (row 1) of each segment, and
+    ``max_chunk_bytes`` the largest encoded chunk (chunks in files are read into a
+    buffer of that size). The caller keeps all of them unchanged and alive for the
+    duration of the call. ``threads`` > 1 splits the chunks of the batch over that
+    many threads.
     """
     nat = _load()
     assert nat is not None, "gather() needs the native layer; check available() first"
     k = nat.kernels
-    local = nat.local
     p = np.empty(k.NPARAMS, np.int64)
     p[k.CHUNK_LEN], p[k.CAPACITY], p[k.ITEM_BYTES] = chunk_len, capacity, item_bytes
     p[k.NRUNS], p[k.RUN], p[k.STRIDE] = pattern
     p[k.DST], p[k.KIND], p[k.FN], p[k.DDICT] = dst.ctypes.data, spec.kind, nat.zstd.decompress, spec.ddict
+    p[k.PREAD] = nat.zstd.pread
     seg, off, clen = table
     need = chunk_len * item_bytes
-    no_touches = _EMPTY_COUNTS
     if threads <= 1:  # the common case: one call, no pool, no plan round trip
         p[k.DCTX] = nat.zstd.dctx()
-        status = getattr(local, "status", None)
+        status = getattr(nat.local, "status", None)
         if status is None:
-            status = local.status = np.zeros(3, np.int64)
-        touched = np.zeros(len(seg_addr), np.int32) if count_touches else no_touches
-        k.gather_all(ids, dst_off, p, seg, off, clen, seg_addr, open_chunks, open_addr, _scratch(nat, need),
-                     status, touched)
-        return GatherResult(int(status[0]), int(status[1]), int(status[2]), touched if count_touches else None)
+            status = nat.local.status = np.zeros(3, np.int64)
+        k.gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, _scratch(nat, need),
+                     _cbuf(nat, max_chunk_bytes), status)
+        return GatherResult(int(status[0]), int(status[1]), int(status[2]))
     order, starts = k.plan_groups(ids, chunk_len)
     nthreads = max(1, min(int(threads), len(starts) - 1))
     bounds = _split(starts, nthreads)
 
-    def run(part: int) -> tuple[np.ndarray, np.ndarray]:
+    def run(part: int) -> np.ndarray:
         pp = p.copy()
         pp[k.DCTX] = nat.zstd.dctx()
         status = np.zeros(3, np.int64)
-        touched = np.zeros(len(seg_addr) if count_touches else 0, np.int32)
-        k.gather_groups(ids, dst_off, order, starts, bounds[part], bounds[part + 1], pp, seg, off,
-                        clen, seg_addr, open_chunks, open_addr, _scratch(nat, need), status, touched)
-        return status, touched
+        k.gather_groups(ids, dst_off, order, starts, bounds[part], bounds[part + 1], pp, seg, off, clen, segs,
+                        open_chunks, open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
+        return status
 
     pool = _pool(nat, nthreads - 1)
     futures = [pool.submit(run, part) for part in range(1, nthreads)]
     results = [run(0)] + [f.result() for f in futures]
-    bad = next((st for st, _ in results if st[0] != 0), results[0][0])
-    total = sum(t for _, t in results) if count_touches else None
-    return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]), total)  # type: ignore[arg-type]
-
-
-_EMPTY_COUNTS = np.zeros(0, np.int32)
+    bad = next((st for st in results if st[0] != 0), results[0])
+    return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))
 
 
 def _split(starts: np.ndarray, parts: int) -> list[int]:
@@ -241,6 +237,13 @@ def _scratch(nat: _Native, nbytes: int) -> np.ndarray:
     buf = getattr(nat.local, "scratch", None)
     if buf is None or buf.size < nbytes:
         buf = nat.local.scratch = np.empty(max(nbytes, 1), np.uint8)
+    return buf
+
+
+def _cbuf(nat: _Native, nbytes: int) -> np.ndarray:
+    buf = getattr(nat.local, "cbuf", None)
+    if buf is None or buf.size < nbytes:
+        buf = nat.local.cbuf = np.empty(max(nbytes, 1 << 16), np.uint8)
     return buf
 
 

@@ -28,14 +28,14 @@ __all__ = ["NPARAMS", "RAW", "ZSTD", "gather_all", "gather_groups", "plan_groups
 
 # slots of the int64 parameter vector of gather_groups (module constants: numba
 # freezes them into the compiled code)
-CHUNK_LEN, CAPACITY, ITEM_BYTES, NRUNS, RUN, STRIDE, DST, KIND, FN, DDICT, DCTX = range(11)
-NPARAMS = 11
+CHUNK_LEN, CAPACITY, ITEM_BYTES, NRUNS, RUN, STRIDE, DST, KIND, FN, DDICT, DCTX, PREAD = range(12)
+NPARAMS = 12
 #: KIND: the chunk bytes are the raw items / a zstd frame
 RAW, ZSTD = 0, 1
 
 
 # status[0] codes (status[1] = chunk, status[2] = what was found)
-OK, WRONG_SIZE, DECODE_ERROR, NO_ADDRESS = 0, 1, 2, 3
+OK, WRONG_SIZE, DECODE_ERROR, NO_ADDRESS, READ_ERROR = 0, 1, 2, 3, 4
 
 
 @intrinsic
@@ -48,6 +48,20 @@ def _call6(typingctx, fn, a, b, c, d, e, f):  # type: ignore[no-untyped-def]
         i64 = ir.IntType(64)
         fnty = ir.FunctionType(i64, [i64] * 6)
         return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
+
+    return sig, codegen
+
+
+@intrinsic
+def _call4(typingctx, fn, a, b, c, d):  # type: ignore[no-untyped-def]
+    """``fn(a, b, c, d)`` for a C function at address ``fn`` (pread: an int fd, then int64s)."""
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        fnty = ir.FunctionType(i64, [i32, i64, i64, i64])
+        fd = builder.trunc(args[1], i32)
+        return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), [fd, *args[2:]])
 
     return sig, codegen
 
@@ -138,19 +152,21 @@ def plan_groups(ids, chunk_len):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, seg_addr,
-                  open_chunks, open_addr, scratch, status, touched):  # type: ignore[no-untyped-def]
+def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
+                  open_chunks, open_addr, scratch, cbuf, status):  # type: ignore[no-untyped-def]
     """Serve groups ``g0..g1`` of a plan: decode each chunk once, copy its items out.
 
-    ``status`` receives (code, chunk, found) of the first failure; nothing is
-    written outside ``dst`` (whose layout ``dst_off`` and the copy pattern in
-    ``p`` describe) and ``scratch`` (one chunk).
+    ``segs[0, s]`` is segment ``s``'s host address (0: not in memory), ``segs[1, s]``
+    a file descriptor to ``pread`` it from (-1: none): bytes in files are read into
+    ``cbuf``, never mapped, so reading a file adds nothing to the resident set and a
+    truncated file is a short read, not a SIGBUS. ``status`` receives (code, chunk,
+    found) of the first failure; nothing is written outside ``dst`` (whose layout
+    ``dst_off`` and the copy pattern in ``p`` describe), ``scratch`` and ``cbuf``.
     """
     chunk_len, capacity, item = p[CHUNK_LEN], p[CAPACITY], p[ITEM_BYTES]
     nruns, run, stride, dst = p[NRUNS], p[RUN], p[STRIDE], p[DST]
-    kind, fn, ddict, dctx = p[KIND], p[FN], p[DDICT], p[DCTX]
-    count_touches = touched.size > 0
-    work = scratch.ctypes.data
+    kind, fn, ddict, dctx, pread = p[KIND], p[FN], p[DDICT], p[DCTX], p[PREAD]
+    work, cwork = scratch.ctypes.data, cbuf.ctypes.data
     for g in range(g0, g1):
         s0, s1 = starts[g], starts[g + 1]
         first = ids[order[s0]]
@@ -162,13 +178,21 @@ def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, seg_ad
         base = 0
         sg = seg[c]
         if sg >= 0:
-            if sg >= seg_addr.size or seg_addr[sg] == 0:
+            n = np.int64(clen[c])
+            if sg >= segs.shape[1]:
                 status[0], status[1], status[2] = NO_ADDRESS, c, sg
                 return
-            src = seg_addr[sg] + off[c]
-            n = np.int64(clen[c])
-            if count_touches:
-                touched[sg] += 1
+            if segs[0, sg] != 0:
+                src = segs[0, sg] + off[c]
+            elif segs[1, sg] >= 0 and n <= cbuf.size:
+                got = _call4(pread, segs[1, sg], cwork, n, off[c])
+                if got != n:
+                    status[0], status[1], status[2] = READ_ERROR, c, got
+                    return
+                src = cwork
+            else:
+                status[0], status[1], status[2] = NO_ADDRESS, c, sg
+                return
             want = min(chunk_len, capacity - c * chunk_len) * item
             if kind == RAW:
                 if n != want:
@@ -196,9 +220,9 @@ def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, seg_ad
 
 
 @njit(nogil=True, cache=True)
-def gather_all(ids, dst_off, p, seg, off, clen, seg_addr, open_chunks, open_addr, scratch, status,
-               touched):  # type: ignore[no-untyped-def]
+def gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, scratch, cbuf,
+               status):  # type: ignore[no-untyped-def]
     """:func:`plan_groups` then :func:`gather_groups` over every group: a whole read on one thread."""
     order, starts = plan_groups(ids, p[CHUNK_LEN])
-    gather_groups(ids, dst_off, order, starts, 0, starts.size - 1, p, seg, off, clen, seg_addr,
-                  open_chunks, open_addr, scratch, status, touched)
+    gather_groups(ids, dst_off, order, starts, 0, starts.size - 1, p, seg, off, clen, segs,
+                  open_chunks, open_addr, scratch, cbuf, status)

@@ -58,6 +58,8 @@ class ZstdLib:
         self._lib = lib
         #: ZSTD_decompress_usingDDict(dctx, dst, cap, src, n, ddict); a NULL ddict means none
         self.decompress = _address(lib.ZSTD_decompress_usingDDict)
+        #: libc's pread(fd, buf, count, offset), for chunk bytes that live in files
+        self.pread = _address(ctypes.CDLL(None).pread)
         self._local = threading.local()
 
     def dctx(self) -> int:

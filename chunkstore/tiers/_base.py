@@ -69,19 +69,15 @@ class Tier(ABC):
     # -- the native read path (chunkstore.native) -------------------------------------
     @contextlib.contextmanager
     def host_segments(self) -> Iterator[np.ndarray | None]:
-        """The host address of every segment (int64, indexed by ``ChunkRef.segment``).
+        """Where each segment's bytes are, for the native read path: ``(2, nsegments)`` int64.
 
-        The addresses stay valid, and the chunks they hold unchanged by this
-        tier, until the block ends; a tier whose bytes are not in host memory
-        (a CUDA device) yields None, and reads take the Python path.
+        Row 0 is the host address of the segment (0: not in memory), row 1 a file
+        descriptor to ``pread`` it from (-1: none), both indexed by
+        ``ChunkRef.segment``. They stay valid, and the chunks unchanged by this
+        tier, until the block ends. A tier whose bytes are neither in host memory
+        nor in a file (a CUDA device) yields None, and reads take the Python path.
         """
         yield None
-
-    #: whether :meth:`note_reads` wants per-segment counts of native reads
-    tracks_reads: bool = False
-
-    def note_reads(self, counts: np.ndarray) -> None:  # noqa: B027 - optional hook
-        """The native path read ``counts[s]`` chunks from segment ``s`` (mapped-page budgets)."""
 
     #: whether :meth:`check_reads` must see the chunks before a native read
     checks_reads: bool = False

@@ -96,7 +96,7 @@ class SegmentedTier(Tier):
         self._closed = False
         # host addresses of the segments for the native read path, rebuilt when
         # storage moves (a new or reused segment, a spill, a trim)
-        self._addr = np.zeros(0, np.int64)
+        self._addr = np.zeros((2, 0), np.int64)
         self._addr_stale = True
 
     # -- storage hooks -------------------------------------------------------------
@@ -120,9 +120,9 @@ class SegmentedTier(Tier):
     def _reuse(self, seg: _Segment) -> None:
         """A free segment becomes the append target again (its old chunks are dead)."""
 
-    def _address(self, seg: _Segment) -> int:
-        """Host address of a segment's bytes (0: not in host memory). Called under the lock."""
-        return 0
+    def _address(self, seg: _Segment) -> tuple[int, int]:
+        """(host address, file descriptor) of a segment's bytes (0 / -1: none). Under the lock."""
+        return 0, -1
 
     def _storage_moved(self) -> None:
         """Some segment's storage changed: rebuild the address table on the next native read."""
@@ -138,10 +138,11 @@ class SegmentedTier(Tier):
         """The address table, rebuilt if storage moved; the caller holds the lock."""
         if self._addr_stale:
             n = max(self._segments, default=-1) + 1
-            addr = np.zeros(n, np.int64)
+            table = np.zeros((2, n), np.int64)
+            table[1] = -1
             for sid, seg in self._segments.items():
-                addr[sid] = self._address(seg)
-            self._addr, self._addr_stale = addr, False
+                table[:, sid] = self._address(seg)
+            self._addr, self._addr_stale = table, False
         return self._addr
 
     def _recycle(self, seg: _Segment) -> None:

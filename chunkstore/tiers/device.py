@@ -110,8 +110,8 @@ class DeviceTier(SegmentedTier):
             return super().host_segments()
         return super(SegmentedTier, self).host_segments()  # device memory: no host addresses
 
-    def _address(self, seg: _Segment) -> int:
-        return 0 if seg.ro is None else int(seg.ro.ctypes.data)
+    def _address(self, seg: _Segment) -> tuple[int, int]:
+        return (0 if seg.ro is None else int(seg.ro.ctypes.data)), -1
 
     def _view(self, seg: _Segment, offset: int, nbytes: int) -> Any:
         if self._on_cpu:

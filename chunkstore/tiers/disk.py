@@ -1,4 +1,10 @@
-"""DiskTier: chunk bytes in segment files, written with pwrite, read through mmap.
+"""DiskTier: chunk bytes in segment files, written with pwrite, read through mmap or pread.
+
+The native batch read path (:mod:`chunkstore.native`) reads segment files with
+``pread`` into a small buffer: nothing is mapped, so RSS does not grow with
+reads (random reads through a mapping fault in whole page-cache folios, up to
+2 MiB each, which one sample(256) turned into hundreds of MB of RSS). ``get``,
+the Python path, hands out zero-copy views of a mapping, bounded as follows.
 
 Keeping RSS low while the tier holds many GB:
 
@@ -75,10 +81,6 @@ class SegmentFile:
     def view(self, offset: int, nbytes: int) -> np.ndarray:
         """A read-only zero-copy view; the caller serialises calls (tier lock)."""
         return self._mapped()[offset:offset + nbytes]
-
-    def address(self) -> int:
-        """Host address of the read mapping (for the native read path; tier lock held)."""
-        return int(self._mapped().ctypes.data)
 
     def _mapped(self) -> np.ndarray:
         if self._array is None:
@@ -178,23 +180,6 @@ class PageBudget:
             self._touched[file] = after
             self.mapped_nbytes += after - before
 
-    def note_chunks(self, file: SegmentFile, count: int) -> None:
-        """``count`` chunk reads somewhere in ``file`` (the native path knows no offsets)."""
-        with self._lock:
-            before = self._touched.get(file, 0)
-            after = min(before + count * _MAX_FOLIO, file.capacity)
-            self._touched[file] = after
-            self.mapped_nbytes += after - before
-
-    def note_segments(self, segments: dict[int, Any], counts: np.ndarray) -> None:
-        """Native reads: ``counts[s]`` chunks of segment ``s``; file-backed ones are counted."""
-        for sid in np.flatnonzero(counts).tolist():
-            seg = segments.get(sid)
-            file = None if seg is None else seg.data
-            if isinstance(file, SegmentFile):
-                self.note_chunks(file, int(counts[sid]))
-        self.maybe_drop()
-
     def maybe_drop(self) -> None:
         if self.mapped_nbytes > self.max_mapped_bytes:
             self.drop()
@@ -285,10 +270,6 @@ class DiskTier(SegmentedTier):
         """Make every page mapped by ``get`` non-resident now; views stay valid."""
         return self._pages.drop()
 
-    tracks_reads = True
-
-    def note_reads(self, counts: np.ndarray) -> None:
-        self._pages.note_segments(self._segments, counts)
 
     def flush(self) -> None:
         """fsync every segment file."""
@@ -331,5 +312,6 @@ class DiskTier(SegmentedTier):
         self._pages.note(seg.data, offset, nbytes)
         return seg.data.view(offset, nbytes)
 
-    def _address(self, seg: _Segment) -> int:
-        return 0 if seg.data is None else seg.data.address()
+    def _address(self, seg: _Segment) -> tuple[int, int]:
+        # the native path preads segment files: nothing is mapped, RSS does not grow
+        return 0, (-1 if seg.data is None else seg.data.fd)

@@ -126,10 +126,6 @@ class HybridTier(SegmentedTier):
         """Make every disk page mapped by ``get`` non-resident now; views stay valid."""
         return self._pages.drop()
 
-    tracks_reads = True
-
-    def note_reads(self, counts: np.ndarray) -> None:
-        self._pages.note_segments(self._segments, counts)
 
     def trim(self) -> int:
         """Drop free segments and every spare RAM array and disk file."""
@@ -191,10 +187,11 @@ class HybridTier(SegmentedTier):
     def _write(self, seg: _Segment, offset: int, src: np.ndarray) -> None:
         seg.data[offset:offset + src.size] = src  # appends always go to RAM
 
-    def _address(self, seg: _Segment) -> int:
+    def _address(self, seg: _Segment) -> tuple[int, int]:
         if seg.ro is not None:
-            return int(seg.ro.ctypes.data)
-        return seg.data.address() if isinstance(seg.data, SegmentFile) else 0
+            return int(seg.ro.ctypes.data), -1
+        # a spilled segment is pread by the native path: nothing mapped, RSS does not grow
+        return 0, (seg.data.fd if isinstance(seg.data, SegmentFile) else -1)
 
     def _view(self, seg: _Segment, offset: int, nbytes: int) -> np.ndarray:
         if seg.ro is not None:

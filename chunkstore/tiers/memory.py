@@ -53,8 +53,8 @@ class MemoryTier(SegmentedTier):
     def _write(self, seg: _Segment, offset: int, src: np.ndarray) -> None:
         seg.data[offset:offset + src.size] = src
 
-    def _address(self, seg: _Segment) -> int:
-        return 0 if seg.data is None else int(seg.data.ctypes.data)
+    def _address(self, seg: _Segment) -> tuple[int, int]:
+        return (0 if seg.data is None else int(seg.data.ctypes.data)), -1
 
     def _view(self, seg: _Segment, offset: int, nbytes: int) -> np.ndarray:
         return seg.ro[offset:offset + nbytes]
