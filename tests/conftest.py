@@ -1,9 +1,25 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures and helpers shared by the test modules (which never import each other)."""
 
 from __future__ import annotations
 
+import functools
+import sys
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import DictReplayBuffer, NStepReplayBuffer, ReplayBuffer
+
+from sb3_integration import (
+    CompressedDictReplayBuffer,
+    CompressedNStepReplayBuffer,
+    CompressedReplayBuffer,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))  # the one Atari collector
+from atari_data import collect_stacked
 
 
 @pytest.fixture
@@ -66,3 +82,133 @@ def reseal_checksums(path) -> None:
 def reseal():
     """:func:`reseal_checksums`, for tests that craft files."""
     return reseal_checksums
+
+
+
+# == shared helpers (tests import them from conftest; test modules never import each other) =====
+@functools.lru_cache(maxsize=8)
+def collect_atari(game, n_steps, n_envs=1, seed=0, channels_last=False, max_episode_steps=1000):
+    """Real Atari transitions as SB3 hands them to ``add()`` (cached on disk under ./data and per process)."""
+    return collect_stacked(game, n_steps, n_envs, seed, channels_last=channels_last,
+                           max_episode_steps=max_episode_steps)
+
+
+def frame_stack_stream(T, n_envs, k=4, frame=(1, 6, 5), channels_last=False, ep_len=11, dtype=np.uint8, seed=0):
+    """(obs, next_obs) pairs as VecFrameStack + SB3's _store_transition produce them."""
+    rng = np.random.default_rng(seed)
+
+    def new_frames(n):
+        if np.dtype(dtype).kind == "f":
+            return rng.standard_normal((n, *frame)).astype(dtype)
+        return rng.integers(1, 200, (n, *frame)).astype(dtype)
+
+    stack = np.zeros((n_envs, k, *frame), dtype)
+    stack[:, -1] = new_frames(n_envs)
+    age = np.zeros(n_envs, int)
+    for _ in range(T):
+        obs = stack.copy()
+        nxt = np.roll(stack, -1, axis=1)
+        nxt[:, -1] = new_frames(n_envs)
+        age += 1
+        done = age % (ep_len + np.arange(n_envs)) == 0
+        stack = nxt.copy()
+        for e in np.flatnonzero(done):
+            stack[e] = 0
+            stack[e, -1] = new_frames(1)[0]
+        if channels_last:  # (n, k, *frame) -> (n, *frame[:-1], k * c)
+            def cl(x):
+                return np.moveaxis(x, 1, -2).reshape(n_envs, *frame[:-1], k * frame[-1])
+            yield cl(obs), cl(nxt)
+        else:
+            yield obs.reshape(n_envs, k * frame[0], *frame[1:]), nxt.reshape(n_envs, k * frame[0], *frame[1:])
+
+PAIRS = {
+    "replay": (ReplayBuffer, CompressedReplayBuffer),
+    "dict": (DictReplayBuffer, CompressedDictReplayBuffer),
+    "nstep": (NStepReplayBuffer, CompressedNStepReplayBuffer),
+}
+
+def assert_same(a, b, where=""):
+    if a is None or b is None:
+        assert a is None and b is None, where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k}]")
+    else:
+        assert a.dtype == b.dtype, f"{where}: {a.dtype} != {b.dtype}"
+        assert a.shape == b.shape and th.equal(a, b), where
+
+def assert_samples_equal(ref, ours, batch_size, seed, env=None, where=""):
+    # SB3 samples from numpy's global legacy RNG: seed it the same way before each buffer
+    np.random.seed(seed)  # noqa: NPY002
+    sa = ref.sample(batch_size, env=env)
+    np.random.seed(seed)  # noqa: NPY002
+    sb = ours.sample(batch_size, env=env)
+    assert type(sa) is type(sb)
+    for field in sa._fields:
+        assert_same(getattr(sa, field), getattr(sb, field), f"{where} {field}")
+
+def make_pair(kind, buffer_size, obs_space, act_space, **kw):
+    ours_kw = {k: kw.pop(k) for k in ("chunk_len", "compression_method", "cache_bytes", "small_arrays") if k in kw}
+    ref_cls, our_cls = PAIRS[kind]
+    ours_kw.setdefault("chunk_len", 8)
+    return (ref_cls(buffer_size, obs_space, act_space, "cpu", **kw),
+            our_cls(buffer_size, obs_space, act_space, "cpu", **kw, **ours_kw))
+
+def random_transitions(obs_space, act_space, T, n_envs, ep_len=9, seed=0):
+    """next_obs[t] == obs[t+1] except at episode ends, with some time-limit truncations."""
+    obs_space.seed(seed)
+    act_space.seed(seed + 1)
+    rng = np.random.default_rng(seed)
+
+    def batch():
+        samples = [obs_space.sample() for _ in range(n_envs)]
+        if isinstance(obs_space, spaces.Dict):
+            return {k: np.stack([s[k] for s in samples]) for k in obs_space.spaces}
+        return np.stack([np.asarray(s) for s in samples])
+
+    def put(dst, e, src):
+        if isinstance(dst, dict):
+            for k in dst:
+                dst[k][e] = src[k][e]
+        else:
+            dst[e] = src[e]
+
+    obs = batch()
+    for t in range(T):
+        nxt = batch()
+        done = (t + 1 + np.arange(n_envs)) % ep_len == 0
+        trunc = done & (rng.random(n_envs) < 0.5)
+        infos = [{"TimeLimit.truncated": bool(x)} for x in trunc]
+        actions = np.stack([np.asarray(act_space.sample()) for _ in range(n_envs)])
+        yield obs, nxt, actions, rng.standard_normal(n_envs).astype(np.float32), done, infos
+        following = {k: v.copy() for k, v in nxt.items()} if isinstance(nxt, dict) else nxt.copy()
+        fresh = batch()
+        for e in np.flatnonzero(done):
+            put(following, e, fresh)
+        obs = following
+
+def drive(ref, ours, transitions, every=7, batch_size=32, env=None):
+    n = 0
+    for t, tr in enumerate(transitions):
+        ref.add(*tr)
+        ours.add(*tr)
+        if t % every == every - 1:
+            for seed in (t, t + 1):
+                assert_samples_equal(ref, ours, batch_size, seed, env=env, where=f"t={t}")
+        n += 1
+    assert ref.pos == ours.pos and ref.full == ours.full
+    for name in ("actions", "rewards", "dones", "timeouts"):  # raw arrays or compressed columns
+        assert np.array_equal(np.asarray(getattr(ours, name)), getattr(ref, name)), name
+    return n
+
+def assert_views_equal(ref, ours):
+    if isinstance(ref.observations, dict):
+        for k in ref.observations:
+            assert np.array_equal(np.asarray(ours.observations[k]), ref.observations[k])
+            assert np.array_equal(np.asarray(ours.next_observations[k]), ref.next_observations[k])
+    else:
+        assert np.array_equal(np.asarray(ours.observations), ref.observations)
+        if not ref.optimize_memory_usage:
+            assert np.array_equal(np.asarray(ours.next_observations), ref.next_observations)

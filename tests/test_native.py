@@ -239,9 +239,9 @@ def test_unwritable_numba_cache_still_works(tmp_path):
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_replay_buffer_on_every_tier_equals_sb3(tier, channels_last, tmp_path):
     """Frame stacks with resets (padding), wrap-around and 2 envs, on each tier, against SB3."""
+    from conftest import frame_stack_stream
     from gymnasium import spaces
     from stable_baselines3.common.buffers import ReplayBuffer
-    from test_frames import frame_stack_stream
 
     from sb3_integration import CompressedReplayBuffer
 
@@ -302,9 +302,9 @@ def test_far_next_stacks_read_back(read_path):
 def test_replay_sampling_equals_sb3_property(chunk_len, n_envs, rows, channels_last, ep_len, steps, python_path,
                                              seed):
     """Random chunk lengths, envs, capacities (wrap-around), episode lengths (padding), layouts."""
+    from conftest import frame_stack_stream
     from gymnasium import spaces
     from stable_baselines3.common.buffers import ReplayBuffer
-    from test_frames import frame_stack_stream
 
     from sb3_integration import CompressedReplayBuffer
 

@@ -21,13 +21,17 @@ import h5py
 import numpy as np
 import pytest
 import torch as th
-from atari import collect_atari
+from conftest import (
+    assert_samples_equal,
+    assert_views_equal,
+    collect_atari,
+    frame_stack_stream,
+    make_pair,
+)
 from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
-from test_frames import frame_stack_stream
-from test_sb3_replay import assert_samples_equal, assert_views_equal, make_pair
 
 from chunkstore import ChunkedArray, CorruptChunkError, FormatError, get_codec
 from chunkstore import format as fmt

@@ -15,13 +15,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
-from atari import collect_atari
+from conftest import collect_atari, frame_stack_stream
 from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecFrameStack
-from test_frames import frame_stack_stream
 
 from chunkstore import get_codec
 from sb3_integration import CompressedDictRolloutBuffer, CompressedRolloutBuffer

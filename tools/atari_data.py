@@ -74,6 +74,16 @@ class Transitions:
         return int(self.obs.shape[1])
 
     @property
+    def truncations(self) -> int:
+        """How many time-limit truncations the transitions hold."""
+        return int(self.truncated.sum())
+
+    def steps(self) -> Any:
+        """The arguments of each ``add()``: ``(obs, next_obs, actions, rewards, dones, infos)``."""
+        for t in range(len(self.obs)):
+            yield self.obs[t], self.next_obs[t], self.actions[t], self.rewards[t], self.dones[t], self.infos[t]
+
+    @property
     def truncated(self) -> np.ndarray:
         return np.array(
             [[bool(i.get("TimeLimit.truncated", False)) for i in step] for step in self.infos],
@@ -182,6 +192,8 @@ def collect_stacked(
     cache_dir: str | Path | None = None,
     *,
     n_stack: int = 4,
+    channels_last: bool = False,
+    max_episode_steps: int | None = None,
     use_cache: bool = True,
     progress: bool = False,
 ) -> Transitions:
@@ -189,14 +201,21 @@ def collect_stacked(
 
     The env is SB3's own pipeline: ``make_atari_env`` (DummyVecEnv, Monitor,
     AtariWrapper) -> ``VecFrameStack(n_stack)`` -> ``VecTransposeImage``, so
-    observations are channel-first ``(n_stack, 84, 84)``, zero-padded after each
-    reset. Actions are uniform random, seeded by ``seed``.
+    observations are channel-first ``(n_stack, 84, 84)`` (``(84, 84, n_stack)``
+    with ``channels_last``), zero-padded after each reset. ``max_episode_steps``
+    (emulator frames, 4 a step) adds a time limit, so that truncations happen.
+    Actions are uniform random, seeded by ``seed``.
     """
-    path = _cache_path(cache_dir, "stacked", game, n_steps, seed, e=n_envs, k=n_stack)
+    extra = {"e": n_envs, "k": n_stack}
+    if channels_last:
+        extra["cl"] = 1
+    if max_episode_steps is not None:
+        extra["t"] = int(max_episode_steps)
+    path = _cache_path(cache_dir, "stacked", game, n_steps, seed, **extra)
     if use_cache and path.exists():
         return _load_transitions(path, game, seed)
     t0 = time.perf_counter()
-    tr = _run_stacked(game, n_steps, n_envs, seed, n_stack, progress)
+    tr = _run_stacked(game, n_steps, n_envs, seed, n_stack, progress, channels_last, max_episode_steps)
     tr.collect_s = time.perf_counter() - t0
     log.info("collected %d x %d stacked %s steps in %.1f s", n_steps, n_envs, game, tr.collect_s)
     if use_cache:
@@ -204,17 +223,21 @@ def collect_stacked(
     return tr
 
 
-def _make_vec_env(game: str, n_envs: int, seed: int, n_stack: int) -> Any:
+def _make_vec_env(game: str, n_envs: int, seed: int, n_stack: int, channels_last: bool = False,
+                  max_episode_steps: int | None = None) -> Any:
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage
 
     env_id, kwargs = make_env_id(game)
-    venv = make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
-    return VecTransposeImage(VecFrameStack(venv, n_stack=n_stack))
+    if max_episode_steps is not None:
+        kwargs = {**kwargs, "max_episode_steps": max_episode_steps}
+    venv = VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs), n_stack=n_stack)
+    return venv if channels_last else VecTransposeImage(venv)
 
 
-def _run_stacked(game: str, n_steps: int, n_envs: int, seed: int, n_stack: int, progress: bool) -> Transitions:
-    venv = _make_vec_env(game, n_envs, seed, n_stack)
+def _run_stacked(game: str, n_steps: int, n_envs: int, seed: int, n_stack: int, progress: bool,
+                 channels_last: bool = False, max_episode_steps: int | None = None) -> Transitions:
+    venv = _make_vec_env(game, n_envs, seed, n_stack, channels_last, max_episode_steps)
     rng = np.random.default_rng(seed)
     n_actions = int(venv.action_space.n)
     shape = (n_steps, n_envs, *venv.observation_space.shape)
