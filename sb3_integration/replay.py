@@ -350,6 +350,10 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         tier: Tier | Callable[[], Tier] | None = None,
         frame_dedup: bool = True,
     ) -> None:
+        if isinstance(observation_space, spaces.Dict):
+            raise TypeError(f"{type(self).__name__} got a Dict observation space; use "
+                            "CompressedDictReplayBuffer (SB3's DictReplayBuffer), or "
+                            "CompressedHerReplayBuffer for goal-conditioned envs")
         self._init_base(buffer_size, observation_space, action_space, device, n_envs)
         if optimize_memory_usage and handle_timeout_termination:
             raise ValueError(
