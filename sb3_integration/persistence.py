@@ -20,6 +20,10 @@ nothing in it is pickled:
     Only for a buffer built with a Codec object (JSON bytes).
 ``actions``, ``rewards``, ``dones``, ``timeouts``
     SB3's own arrays, as they are.
+``extra/<name>``
+    A subclass's own arrays (HER: ``ep_start``, ``ep_length``, ...; see
+    :meth:`ReplayBufferFileMixin._extra_file_state`), listed in attrs ``extra``
+    with the constructor arguments it needs.
 attrs (JSON)
     ``buffer_format`` and its version, the class name, SB3's arguments, ``pos``,
     ``full``, the spaces (``space_to_dict``), codec, chunk_len, cache bytes, and
@@ -138,6 +142,19 @@ class ReplayBufferFileMixin:
         """
         return load_buffer(cls, path, device=device, lazy=lazy, tier=tier, verify=verify)
 
+    # -- HOOK (issue 10, for HER): state beyond the replay buffer's; to fold into the refactor --
+    def _extra_file_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(constructor kwargs, arrays)`` a subclass saves besides the replay buffer.
+
+        The kwargs (JSON values) go back to the constructor at load; the arrays
+        (numeric numpy arrays, saved as extras ``extra/<name>``) are handed to
+        :meth:`_restore_extra_file_state` on the rebuilt buffer.
+        """
+        return {}, {}
+
+    def _restore_extra_file_state(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Put back the arrays of :meth:`_extra_file_state` (the default saves none)."""
+
 
 # -- saving ----------------------------------------------------------------------------
 def save_buffer(buf: Any, path: str | os.PathLike[str], *, progress: bool = False) -> None:
@@ -170,6 +187,9 @@ def save_buffer(buf: Any, path: str | os.PathLike[str], *, progress: bool = Fals
         "frame_dedup": buf.frame_dedup,
         "stores": stores,
     }
+    init_kwargs, extra_arrays = buf._extra_file_state()  # HOOK (issue 10)
+    extras.update({f"extra/{name}": a for name, a in extra_arrays.items()})
+    attrs["extra"] = {"init_kwargs": init_kwargs, "arrays": sorted(extra_arrays)}
     fmt.save(path, arrays, extras, attrs, progress=progress)
 
 
@@ -264,6 +284,8 @@ def _rebuild(cls: type[B], store: fmt.Store, attrs: Mapping[str, Any], device: A
     }
     if attrs["nstep"] is not None:
         kwargs.update(attrs["nstep"])
+    extra = attrs.get("extra") or {"init_kwargs": {}, "arrays": []}  # HOOK (issue 10)
+    kwargs.update(extra["init_kwargs"])
     stores = {key: meta for key, meta in attrs["stores"]}
     codecs = [_saved_codec(store, _prefix(key)) for key in stores]
     if codecs and codecs[0] is not None:  # the buffer was built with this Codec object
@@ -280,6 +302,7 @@ def _rebuild(cls: type[B], store: fmt.Store, attrs: Mapping[str, Any], device: A
         like = getattr(buf, name)
         setattr(buf, name, _extra(store, name, like.shape, like.dtype))
     buf.pos, buf.full = int(attrs["pos"]), bool(attrs["full"])  # type: ignore[attr-defined]
+    buf._restore_extra_file_state({name: store.extras[f"extra/{name}"] for name in extra["arrays"]})
     return buf
 
 
