@@ -142,19 +142,19 @@ def train(buffer_class, algo, image, steps=250):
     return model
 
 
-@pytest.mark.parametrize(("algo", "image"), [(DQN, False), (SAC, False), (DQN, True)])
+@pytest.mark.parametrize(("algo", "image"), [
+    (DQN, False),
+    pytest.param(SAC, False, marks=pytest.mark.slow),
+    pytest.param(DQN, True, marks=pytest.mark.slow),  # CNN on (1, 36, 36) image keys
+    pytest.param(SAC, True, marks=pytest.mark.slow),
+])
 def test_training_ends_with_sb3s_parameters(one_torch_thread, algo, image):
     ref, ours = train(HerReplayBuffer, algo, image), train(CompressedHerReplayBuffer, algo, image)
     assert type(ours.replay_buffer) is CompressedHerReplayBuffer
     for (name, a), b in zip(ref.policy.state_dict().items(), ours.policy.state_dict().values(), strict=True):
         assert th.equal(a, b), name
-
-
-@pytest.mark.slow
-def test_sac_her_on_images_ends_with_sb3s_parameters(one_torch_thread):
-    ref, ours = train(HerReplayBuffer, SAC, True, 300), train(CompressedHerReplayBuffer, SAC, True, 300)
-    for (name, a), b in zip(ref.policy.state_dict().items(), ours.policy.state_dict().values(), strict=True):
-        assert th.equal(a, b), name
+    if algo is SAC:
+        assert th.equal(ref.log_ent_coef, ours.log_ent_coef)
 
 
 # -- saving ------------------------------------------------------------------------------------
