@@ -50,7 +50,6 @@ The helpers :func:`find_buffer_dtypes`, :func:`find_smallest_dtype`,
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import warnings
 from typing import Any
@@ -153,7 +152,11 @@ def numpy_dtype_to_torch(dtype: Any) -> th.dtype:
 
 def has_igzip() -> bool:
     """Whether the ``igzip`` codecs run on python-isal (without it they fall back to ``gzip``)."""
-    return importlib.util.find_spec("isal") is not None
+    try:
+        from isal import isal_zlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def has_numba() -> bool:

@@ -29,6 +29,7 @@ from sb3_integration import (
     find_buffer_dtypes,
     find_gpu_buffer_dtypes,
     find_smallest_dtype,
+    has_igzip,
     has_numba,
     init_jit,
 )
@@ -131,6 +132,7 @@ def test_every_sb3eb_codec_name_builds_a_buffer_that_samples_like_sb3(name):
 @pytest.mark.parametrize("name", ["igzip0", "igzip1", "igzip3", "igzip/2", "xor+igzip3"])
 def test_igzip_without_isal_falls_back_to_gzip_with_one_warning(monkeypatch, name):
     monkeypatch.setitem(sys.modules, "isal", None)  # import isal -> ImportError
+    assert not has_igzip()
     with pytest.warns(CodecFallbackWarning, match="python-isal is not installed") as record:
         buf = CompressedReplayBuffer(20, IMAGE, ACT, "cpu", compression_method=name, chunk_len=4)
     assert len(record) == 1
