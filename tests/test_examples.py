@@ -23,17 +23,17 @@ def run_example(name: str, *args: str, timeout: int = 600) -> str:
 
 
 def test_ppo_atari():
-    out = run_example("ppo_atari.py")
+    out = run_example("ppo_atari.py", "--rollouts", "1")
     assert "identical parameters: True" in out
 
 
 def test_sac_pixels():
-    out = run_example("sac_pixels.py", "--steps", "600", "--learning-starts", "200")
+    out = run_example("sac_pixels.py", "--steps", "400", "--learning-starts", "150")
     assert "identical parameters    True" in out
 
 
 def test_resume_exactly():
-    out = run_example("resume_exactly.py", "--first", "400", "--then", "300", "--buffer-size", "500")
+    out = run_example("resume_exactly.py", "--first", "300", "--then", "200", "--buffer-size", "250")
     assert "identical parameters after resuming: True" in out
 
 
@@ -49,13 +49,13 @@ def test_larger_than_ram():
 
 def test_migrate_from_sb3_extra_buffers():
     pytest.importorskip("sb3_extra_buffers")
-    out = run_example("migrate_from_sb3_extra_buffers.py", "--steps", "1200", "--learning-starts", "600")
-    assert "1. sb3-extra-buffers' recipe, import line changed: 1,200 transitions" in out
+    out = run_example("migrate_from_sb3_extra_buffers.py", "--steps", "800", "--learning-starts", "400")
+    assert "1. sb3-extra-buffers' recipe, import line changed: 800 transitions" in out
     assert "same samples for the same seed: True" in out
 
 
 def test_rl_zoo3_recipe():
     pytest.importorskip("rl_zoo3")
-    out = run_example("rl_zoo3_recipe.py", "--dqn-steps", "1200", "--ppo-steps", "1024")
-    assert "DQN: sb3_integration.compat.CompressedReplayBuffer, 1,200 transitions" in out
+    out = run_example("rl_zoo3_recipe.py", "--dqn-steps", "800", "--ppo-steps", "1024")
+    assert "DQN: sb3_integration.compat.CompressedReplayBuffer, 800 transitions" in out
     assert "rollout_buffer_class=sb3_integration.compat.CompressedRolloutBuffer" in out
