@@ -258,6 +258,8 @@ def _normalise_dtypes(dtypes: Any) -> dict[str, Any]:
 
 
 def _as_numpy_dtype(dtype: Any) -> np.dtype | None:
+    if dtype is None:  # np.dtype(None) would be float64
+        return None
     if isinstance(dtype, th.dtype):
         return th.empty(0, dtype=dtype).numpy().dtype
     try:
