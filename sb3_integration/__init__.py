@@ -4,25 +4,61 @@ Swap one argument: ``DQN(..., replay_buffer_class=CompressedReplayBuffer)``.
 The buffers behave exactly like SB3's (same samples for the same seed, same
 dtypes, ndarray-like ``observations``, pickling) and store each distinct frame
 once, in compressed chunks.
+
+The replay and rollout classes exported here also take sb3-extra-buffers'
+arguments and codec names (:mod:`sb3_integration.compat`), so migrating from
+``sb3_extra_buffers.compressed`` is one import line; :mod:`sb3_integration.convert`
+brings existing sb3-extra-buffers pickles over. :class:`CompressedHerReplayBuffer`
+is SB3's ``HerReplayBuffer``, compressed.
 """
 
 from sb3_integration._common import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
-from sb3_integration.frames import FrameStore, StackLayout
-from sb3_integration.replay import (
+from sb3_integration.compat import (
+    CodecFallbackWarning,
+    CompressedArray,
     CompressedDictReplayBuffer,
-    CompressedNStepReplayBuffer,
+    CompressedDictRolloutBuffer,
     CompressedReplayBuffer,
+    CompressedRolloutBuffer,
+    DummyCls,
+    GpuReplayBuffer,
+    GpuRolloutBuffer,
+    find_buffer_dtypes,
+    find_gpu_buffer_dtypes,
+    find_smallest_dtype,
+    has_igzip,
+    has_numba,
+    init_jit,
+    numpy_dtype_to_torch,
 )
-from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+from sb3_integration.convert import from_sb3_extra_buffers, load_replay_buffer
+from sb3_integration.frames import FrameStore, StackLayout
+from sb3_integration.her import CompressedHerReplayBuffer
+from sb3_integration.replay import CompressedNStepReplayBuffer
 
 __all__ = [
     "DEFAULT_CHUNK_LEN",
     "DEFAULT_COMPRESSION",
+    "CodecFallbackWarning",
+    "CompressedArray",
     "CompressedDictReplayBuffer",
     "CompressedDictRolloutBuffer",
+    "CompressedHerReplayBuffer",
     "CompressedNStepReplayBuffer",
     "CompressedReplayBuffer",
     "CompressedRolloutBuffer",
+    "DummyCls",
     "FrameStore",
+    "GpuReplayBuffer",
+    "GpuRolloutBuffer",
     "StackLayout",
+    "find_buffer_dtypes",
+    "find_gpu_buffer_dtypes",
+    "find_smallest_dtype",
+    "from_sb3_extra_buffers",
+    "has_igzip",
+    "has_numba",
+    "init_jit",
+    "load_replay_buffer",
+    "numpy_dtype_to_torch",
 ]

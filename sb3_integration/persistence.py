@@ -21,7 +21,10 @@ observation key); this module only writes and reads such states. The file is a
 ``observations/pending_which``, ``pending_rows``, ``pending_obs``
     Stacks still waiting for layout detection.
 ``actions``, ``rewards``, ``dones``, ``timeouts``
-    SB3's own arrays, as they are (and any a subclass adds to its state).
+    SB3's own arrays, as they are.
+``extra/<name>``
+    A subclass's own arrays (HER: ``ep_start``, ``ep_length``, ...), named in the
+    ``arrays`` attribute beside SB3's; its constructor arguments are among ``arguments``.
 attrs (JSON)
     ``buffer_format`` and its version, the class name, the constructor arguments
     (spaces as ``space_to_dict``, codec name, chunk_len, cache bytes), ``pos``,

@@ -355,9 +355,13 @@ class _CompressedReplayMixin(ClosableBuffer):
         }
         if hasattr(self, "n_steps"):
             arguments.update(n_steps=self.n_steps, gamma=self.gamma)  # type: ignore[attr-defined]
+        kwargs, extra_arrays = self._extra_file_state()
+        arguments.update(kwargs)
+        arrays = {} if self._columns is not None else {name: getattr(self, name) for name in _SMALL_ARRAYS}
+        arrays.update({f"extra/{name}": value for name, value in extra_arrays.items()})
         return ReplayState(
             buffer_class=type(self).__name__, arguments=arguments, pos=self.pos, full=self.full,
-            arrays={} if self._columns is not None else {name: getattr(self, name) for name in _SMALL_ARRAYS},
+            arrays=arrays,
             chunked={} if self._columns is None else {"transitions": self._columns.records},
             stores={key: fs.state() for key, fs in self._stores.items()},
         )
@@ -380,7 +384,22 @@ class _CompressedReplayMixin(ClosableBuffer):
             fs.load_state(state.stores[key])
             fs.share_cache(fs.cache)
         buf.pos, buf.full = state.pos, state.full
+        buf._restore_extra_file_state({name[len("extra/"):]: value for name, value in state.arrays.items()
+                                       if name.startswith("extra/")})
         return buf
+
+    # -- what a subclass (HER, the sb3-extra-buffers classes) adds to its state --------------
+    def _extra_file_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(constructor kwargs, arrays)`` a subclass saves besides the replay buffer.
+
+        The kwargs (JSON values) join the saved constructor arguments; the arrays
+        (numeric numpy arrays, saved as extras ``extra/<name>``) are handed to
+        :meth:`_restore_extra_file_state` on the rebuilt buffer.
+        """
+        return {}, {}
+
+    def _restore_extra_file_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Put back the arrays of :meth:`_extra_file_state` (the default saves none)."""
 
     def _load_small_arrays(self, state: ReplayState) -> None:
         records = state.chunked.get("transitions")
@@ -395,8 +414,8 @@ class _CompressedReplayMixin(ClosableBuffer):
                     got = None if value is None else (value.shape, value.dtype)
                     raise ValueError(f"{name} is {got}; this buffer needs {want}")
         if self._columns is None:
-            for name, value in arrays.items():
-                setattr(self, name, value)
+            for name in _SMALL_ARRAYS:
+                setattr(self, name, arrays[name])
         elif cols is not None:
             self._init_small_arrays(records)
         else:  # saved raw, kept compressed: one bulk write
@@ -543,6 +562,10 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         threads: int | None = None,
         small_arrays: str = "auto",
     ) -> None:
+        if isinstance(observation_space, spaces.Dict):
+            raise TypeError(f"{type(self).__name__} got a Dict observation space; use "
+                            "CompressedDictReplayBuffer (SB3's DictReplayBuffer), or "
+                            "CompressedHerReplayBuffer for goal-conditioned envs")
         options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
                                        chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
                                        threads=threads)

@@ -72,9 +72,10 @@ class LZ4FrameCodec(LevelledCodec):
 class LZ4BlockCodec(LevelledCodec):
     """One LZ4 block, prefixed with its uncompressed size (4 bytes, little-endian).
 
-    ``level`` picks the mode as sb3-extra-buffers does: 1..12 high compression
-    at that level, 0 the default mode, -1..-65537 the fast mode with
-    acceleration ``-level``. Default 0.
+    ``level`` picks the mode as sb3-extra-buffers does: 1..16 high compression
+    at that level (lz4 compresses 13..16 as 12; they are accepted because
+    sb3-extra-buffers names like ``lz4-block/16`` use them), 0 the default
+    mode, -1..-65537 the fast mode with acceleration ``-level``. Default 0.
 
     Examples
     --------
@@ -87,7 +88,7 @@ class LZ4BlockCodec(LevelledCodec):
     """
 
     codec_id = "lz4-block"
-    LEVELS: ClassVar[range] = range(-_MAX_ACCELERATION, 13)
+    LEVELS: ClassVar[range] = range(-_MAX_ACCELERATION, 17)
     DEFAULT_LEVEL: ClassVar[int] = 0
 
     def __init__(self, *, level: int = DEFAULT_LEVEL):

@@ -79,7 +79,7 @@ def _forms() -> str:
             "  none | rle",
             f"  zstd | zstd<L> | zstd/<L> | zstd-<N> | zstd/-<N>  (zstd-5 is level -5; {span(ZstdCodec)}; 0 = 3)",
             f"  lz4-frame | lz4-frame/<L>  ({span(LZ4FrameCodec)})",
-            f"  lz4-block | lz4-block/<L>  (1..12 high compression, 0 default mode, "
+            f"  lz4-block | lz4-block/<L>  (1..16 high compression, 0 default mode, "
             f"<0 fast with acceleration -L; {span(LZ4BlockCodec)})",
             f"  gzip | gzip<L> | gzip/<L>  ({span(GzipCodec)})",
             f"  igzip | igzip<L> | igzip/<L>  ({span(IGzipCodec)}; pip install 'chunkstore[isal]')",

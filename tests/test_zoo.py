@@ -1,0 +1,82 @@
+"""rl-zoo3: the plugin makes the buffer names evaluable in hyperparameter strings; the recipe trains."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import sb3_integration
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_plugin_adds_the_names_to_rl_zoo3s_eval_namespace():
+    em = pytest.importorskip("rl_zoo3.exp_manager")
+    import sb3_integration.zoo as zoo
+
+    namespace = vars(em)
+    for name in zoo.NAMES:
+        assert eval(name, namespace) is getattr(sb3_integration, name)  # what rl-zoo3 does with the YAML string
+    kwargs = eval("dict(compression_method='zstd3+dict', chunk_len=16)", namespace)
+    assert kwargs == {"compression_method": "zstd3+dict", "chunk_len": 16}
+    zoo.register()  # idempotent
+
+
+def test_plugin_refuses_to_shadow_a_different_name():
+    pytest.importorskip("rl_zoo3")
+    import sb3_integration.zoo as zoo
+
+    other = types.SimpleNamespace(__name__="elsewhere", CompressedReplayBuffer=object())
+    with pytest.raises(ValueError, match="already"):
+        zoo.register(other)
+
+
+def test_without_the_plugin_the_import_form_works():
+    em = pytest.importorskip("rl_zoo3.exp_manager")
+    cls = eval("__import__('sb3_integration').CompressedReplayBuffer", {"__builtins__": __builtins__, **{
+        k: v for k, v in vars(em).items() if k not in sb3_integration.__all__}})
+    assert cls is sb3_integration.CompressedReplayBuffer
+
+
+def zoo_train(tmp_path, *args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "rl_zoo3.train", "--env", "PongNoFrameskip-v4", "--seed", "0", "--num-threads", "1",
+           "--eval-freq", "-1", "--vec-env", "dummy", "-f", str(tmp_path), *args]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_recipe_dqn_yaml_with_plugin_and_command_line_override(tmp_path):
+    pytest.importorskip("rl_zoo3")
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.save_util import load_from_pkl
+
+    # the recipe of docs/rl-zoo3.md, shortened; -params overrides a buffer kwarg from the command line
+    zoo_train(tmp_path, "--algo", "dqn", "--gym-packages", "sb3_integration.zoo", "-conf", "examples/rl_zoo3_dqn.yml",
+              "-n", "800", "-params", "learning_starts:400", "buffer_size:5000",
+              "replay_buffer_kwargs:dict(compression_method='lz4-block',chunk_len=8)", "--save-replay-buffer")
+    run = tmp_path / "dqn" / "PongNoFrameskip-v4_1"
+    buf = load_from_pkl(run / "replay_buffer.pkl")
+    assert type(buf) is sb3_integration.CompressedReplayBuffer
+    assert (buf.compression_method, buf.chunk_len, buf.size()) == ("lz4-block/0", 8, 800)
+    model = DQN.load(run / "PongNoFrameskip-v4.zip", device="cpu")
+    assert model.replay_buffer_class is sb3_integration.CompressedReplayBuffer
+
+
+@pytest.mark.slow
+def test_command_line_only_with_rl_zoo3s_own_hyperparameters(tmp_path):
+    pytest.importorskip("rl_zoo3")
+    from stable_baselines3.common.save_util import load_from_pkl
+
+    zoo_train(tmp_path, "--algo", "dqn", "--gym-packages", "sb3_integration.zoo", "-n", "300",
+              "-params", "replay_buffer_class:'CompressedReplayBuffer'", "replay_buffer_kwargs:dict(chunk_len=8)",
+              "learning_starts:1000", "buffer_size:1000", "--save-replay-buffer")
+    buf = load_from_pkl(tmp_path / "dqn" / "PongNoFrameskip-v4_1" / "replay_buffer.pkl")
+    assert type(buf) is sb3_integration.CompressedReplayBuffer and (buf.chunk_len, buf.size()) == (8, 300)
