@@ -127,8 +127,9 @@ def test_native_reads_equal_python_and_numpy(tmp_path, capacity, chunk_len, shap
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
-def test_trained_dictionary_and_threads(threads):
+def test_trained_dictionary_and_threads(threads, monkeypatch):
     """zstd with a trained dictionary, read with several threads, before and after training."""
+    monkeypatch.setattr(native, "PARALLEL_MIN_ITEMS", 1)  # every read split, however small
     rng = np.random.default_rng(threads)
     base = rng.integers(0, 255, (64, 64), dtype=np.uint8)
     frames = np.repeat(base[None], 1200, axis=0)  # a shared background (what a dictionary learns)
@@ -144,7 +145,8 @@ def test_trained_dictionary_and_threads(threads):
     assert_reads_equal(arr, model, rng)
 
 
-def test_torch_threads_unchanged_by_threaded_reads():
+def test_torch_threads_unchanged_by_threaded_reads(monkeypatch):
+    monkeypatch.setattr(native, "PARALLEL_MIN_ITEMS", 1)
     before = th.get_num_threads()
     arr = ChunkedArray(400, (16,), np.uint8, chunk_len=4, threads=4)
     arr[:] = np.arange(400, dtype=np.uint8)[:, None]
