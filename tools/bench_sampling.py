@@ -225,7 +225,12 @@ def replay_rows(args: argparse.Namespace, game: str) -> tuple[list[dict[str, Any
 
 # -- end to end ----------------------------------------------------------------
 def dqn_row(args: argparse.Namespace) -> dict[str, Any]:
-    """DQN on real Pong, same seed, SB3's buffer vs ours: steps/s, sample share, parameters."""
+    """DQN on real Pong, same seed, SB3's buffer vs ours: steps/s, sample share, parameters.
+
+    The two runs are interleaved in segments of ``--dqn-segment`` steps
+    (``learn(..., reset_num_timesteps=False)``), so a busy moment of the machine
+    slows both alike; both make the same calls, so their parameters must match.
+    """
     import torch as th
     from atari_data import make_env_id
     from stable_baselines3 import DQN
@@ -235,17 +240,16 @@ def dqn_row(args: argparse.Namespace) -> dict[str, Any]:
     from sb3_integration import CompressedReplayBuffer
 
     env_id, kwargs = make_env_id("Pong")
-    out: dict[str, Any] = {"steps": args.dqn_steps}
-    params = {}
+    arms = {}
     for label, cls in (("sb3", None), ("ours", CompressedReplayBuffer)):
         env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=args.seed, env_kwargs=kwargs), 4)
         model = DQN("CnnPolicy", env, buffer_size=min(args.dqn_steps, 100_000), learning_starts=1000,
                     train_freq=4, batch_size=32, seed=args.seed, device="cpu", replay_buffer_class=cls,
                     optimize_memory_usage=False, verbose=0)
-        spent = [0.0]
+        arms[label] = {"model": model, "env": env, "wall": 0.0, "sample": [0.0]}
         sample = model.replay_buffer.sample
 
-        def timed(*a: Any, _sample: Any = sample, _spent: list[float] = spent, **k: Any) -> Any:
+        def timed(*a: Any, _sample: Any = sample, _spent: list[float] = arms[label]["sample"], **k: Any) -> Any:
             t0 = time.perf_counter()
             try:
                 return _sample(*a, **k)
@@ -253,15 +257,22 @@ def dqn_row(args: argparse.Namespace) -> dict[str, Any]:
                 _spent[0] += time.perf_counter() - t0
 
         model.replay_buffer.sample = timed  # type: ignore[method-assign]
-        t0 = time.perf_counter()
-        model.learn(args.dqn_steps)
-        wall = time.perf_counter() - t0
-        out[f"{label}_steps_per_s"] = args.dqn_steps / wall
-        out[f"{label}_sample_share"] = spent[0] / wall
-        params[label] = [p.detach().clone() for p in model.policy.parameters()]
-        env.close()
+    done = 0
+    while done < args.dqn_steps:
+        step = min(args.dqn_segment, args.dqn_steps - done)
+        for arm in arms.values():
+            t0 = time.perf_counter()
+            arm["model"].learn(step, reset_num_timesteps=False)
+            arm["wall"] += time.perf_counter() - t0
+        done += step
+    out: dict[str, Any] = {"steps": args.dqn_steps}
+    for label, arm in arms.items():
+        out[f"{label}_steps_per_s"] = args.dqn_steps / arm["wall"]
+        out[f"{label}_sample_share"] = arm["sample"][0] / arm["wall"]
+        arm["env"].close()
     out["steps_per_s_ratio"] = out["ours_steps_per_s"] / out["sb3_steps_per_s"]
-    out["parameters_identical"] = all(th.equal(a, b) for a, b in zip(params["sb3"], params["ours"], strict=True))
+    pa, pb = (list(arms[x]["model"].policy.parameters()) for x in ("sb3", "ours"))
+    out["parameters_identical"] = all(th.equal(a, b) for a, b in zip(pa, pb, strict=True))
     return out
 
 
@@ -328,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block", type=int, default=10, help="sample(256) calls per timing (x4 for sample(32))")
     p.add_argument("--add-block", type=int, default=1000)
     p.add_argument("--dqn-steps", type=int, default=20_000, help="0: skip the DQN row")
+    p.add_argument("--dqn-segment", type=int, default=2000, help="steps per interleaved learn() call")
     p.add_argument("--out", default=None, help="JSON path (a .md and a .png are written beside it)")
     args = p.parse_args(argv)
 
