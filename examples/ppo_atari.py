@@ -53,10 +53,10 @@ def main() -> None:
 
     ours, t_ours = train(CompressedRolloutBuffer, args)
     buf = ours.rollout_buffer
-    raw = buf.observations.nbytes  # what SB3's RolloutBuffer holds for a rollout
+    raw = buf.nbytes_raw  # what SB3's RolloutBuffer holds for a rollout
     print(f"PPO CnnPolicy on {args.game}, {args.rollouts} rollouts of 8 x 128 steps: {t_ours:.1f} s")
     print(f"  observations per rollout, SB3 RolloutBuffer   {raw / 1e6:,.1f} MB")
-    print(f"  observations per rollout, chunkstore ({args.codec})  {buf.obs_cbytes / 1e6:,.1f} MB")
+    print(f"  observations per rollout, chunkstore ({args.codec})  {buf.nbytes_stored / 1e6:,.1f} MB")
     if args.compare:
         ref, t_ref = train(RolloutBuffer, args)
         same = all(th.equal(a, b) for a, b in zip(ref.policy.state_dict().values(),
