@@ -52,7 +52,7 @@ ensure_importable()
 
 MB = 1 << 20
 SB3EB_METHODS = ["zstd3", "zstd-5", "lz4-frame/1"]
-OURS_DEFAULT = ["default", "compression_method=lz4-block", "chunk_len=64"]
+OURS_DEFAULT = ["default", "preset=compact", "compression_method=lz4-block"]
 
 
 # == child: one configuration =================================================
@@ -219,6 +219,8 @@ def child_rollout(cfg: dict[str, Any]) -> dict[str, Any]:
     from atari_data import collect_stacked
 
     n_envs, n_steps = cfg["n_envs"], cfg["n_steps"]
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(cfg["torch_threads"])
     tr = collect_stacked(cfg["game"], n_steps, n_envs, cfg["seed"], cfg.get("cache_dir"))
     obs_space, act_space = _spaces(cfg["game"])
     kw = dict(device="cpu", gae_lambda=0.95, gamma=0.99, n_envs=n_envs)
@@ -308,7 +310,8 @@ def replay_configs(args: argparse.Namespace, game: str) -> list[dict[str, Any]]:
 
 def rollout_configs(args: argparse.Namespace, game: str) -> list[dict[str, Any]]:
     base = dict(bench="rollout", game=game, n_envs=8, n_steps=128, epochs=4, batch=256,
-                repeats=args.rollout_repeats, seed=args.seed, cache_dir=args.cache_dir)
+                repeats=args.rollout_repeats, seed=args.seed, cache_dir=args.cache_dir,
+                torch_threads=args.torch_threads)
     cfgs = []
     if "sb3" in args.only:
         cfgs.append(dict(base, kind="sb3", label="SB3 RolloutBuffer"))
@@ -488,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1,
                    help="run every config this many times, round-robin; times are the minimum")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--torch-threads", type=int, default=None)
+    p.add_argument("--torch-threads", type=int, default=1, help="torch threads in every arm (1: see bench_sampling)")
     p.add_argument("--cache-dir", default=None, help="Atari data cache (default ./data)")
     p.add_argument("--tmp-dir", default=None, help="where pickles are written (default: system temp)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per configuration")
