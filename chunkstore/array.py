@@ -34,6 +34,7 @@ import numpy as np
 
 from chunkstore import native
 from chunkstore.cache import LRUChunkCache
+from chunkstore.casting import lossless_cast
 from chunkstore.codecs import Codec, TrainableCodec, get_codec
 from chunkstore.errors import CorruptChunkError, FileChangedError
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier
@@ -79,54 +80,8 @@ _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 
-def lossless_cast(arr: np.ndarray, dtype: Any, name: str, *, round_floats: bool = False) -> np.ndarray:
-    """``arr`` in ``dtype``, refusing any cast that changes a value.
-
-    Safe casts always pass; other casts pass when every value survives the round
-    trip (int64 holding 0..255 into uint8, whole floats into ints).
-    ``round_floats=True`` also lets float -> float casts round (float64 -> float32),
-    as SB3 does when it stores a float space. Otherwise ValueError, naming ``name``.
-    """
-    dtype = np.dtype(dtype)
-    if np.can_cast(arr.dtype, dtype, "safe") or (round_floats and arr.dtype.kind == dtype.kind == "f"):
-        return arr.astype(dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        cast = arr.astype(dtype)
-        back = cast.astype(arr.dtype)
-    if arr.dtype.kind not in "biufc" or not np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc"):
-        raise ValueError(
-            f"{name}: expected dtype {dtype}, got dtype {arr.dtype} with values that do not fit "
-            f"{dtype} without loss; cast them explicitly first"
-        )
-    return cast
 
 
-def _item_placement(out: np.ndarray, lead: int, itemsize: int) -> tuple[np.ndarray, tuple[int, int, int]] | None:
-    """Where each item of ``out`` (``lead`` leading axes) starts, and how its bytes lie.
-
-    Returns ``(byte offsets, (nruns, run, stride))``: an item is ``nruns`` runs of
-    ``run`` contiguous bytes, ``stride`` bytes apart (a C-contiguous item is one
-    run). None when the item axes do not fold into that pattern.
-    """
-    shape, strides = out.shape[lead:], out.strides[lead:]
-    run, k = itemsize, len(shape)
-    while k and strides[k - 1] == run:  # trailing axes contiguous with each other
-        run *= shape[k - 1]
-        k -= 1
-    nruns, stride = 1, 0
-    if k:  # the rest must be one evenly strided run of runs
-        stride = strides[k - 1]
-        for ax in range(k - 1, 0, -1):
-            if strides[ax - 1] != strides[ax] * shape[ax]:
-                return None
-        nruns = int(np.prod(shape[:k]))
-        if stride < run or any(s < 0 for s in strides):
-            return None
-    lead_off = np.zeros(out.shape[:lead], np.int64)
-    for ax in range(lead):
-        lead_off = lead_off + np.arange(out.shape[ax], dtype=np.int64).reshape(
-            (-1,) + (1,) * (lead - ax - 1)) * out.strides[ax]
-    return lead_off.reshape(-1), (nruns, run, stride)  # relative to the view's first byte
 
 
 def _wants_training(codec: Codec) -> bool:
@@ -696,7 +651,7 @@ class ChunkedArray:
         key = (out.shape, out.strides, ids.ndim)
         placed = self._placements.get(key)
         if placed is None:
-            placed = _item_placement(out, ids.ndim, self.dtype.itemsize)
+            placed = native.item_placement(out, ids.ndim, self.dtype.itemsize)
             if len(self._placements) > 16:
                 self._placements.clear()
             self._placements[key] = placed

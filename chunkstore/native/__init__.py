@@ -37,6 +37,7 @@ __all__ = [
     "available",
     "disabled",
     "gather",
+    "item_placement",
     "raw_spec",
     "unavailable_reason",
     "zstd_spec",
@@ -228,6 +229,34 @@ def gather(
     results = [run(0)] + [f.result() for f in futures]
     bad = next((st for st in results if st[0] != 0), results[0])
     return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))
+
+
+def item_placement(out: np.ndarray, lead: int, itemsize: int) -> tuple[np.ndarray, tuple[int, int, int]] | None:
+    """Where each item of ``out`` (``lead`` leading axes) starts, and how its bytes lie.
+
+    Returns ``(byte offsets, (nruns, run, stride))``: an item is ``nruns`` runs of
+    ``run`` contiguous bytes, ``stride`` bytes apart (a C-contiguous item is one
+    run). None when the item axes do not fold into that pattern.
+    """
+    shape, strides = out.shape[lead:], out.strides[lead:]
+    run, k = itemsize, len(shape)
+    while k and strides[k - 1] == run:  # trailing axes contiguous with each other
+        run *= shape[k - 1]
+        k -= 1
+    nruns, stride = 1, 0
+    if k:  # the rest must be one evenly strided run of runs
+        stride = strides[k - 1]
+        for ax in range(k - 1, 0, -1):
+            if strides[ax - 1] != strides[ax] * shape[ax]:
+                return None
+        nruns = int(np.prod(shape[:k]))
+        if stride < run or any(s < 0 for s in strides):
+            return None
+    lead_off = np.zeros(out.shape[:lead], np.int64)
+    for ax in range(lead):
+        lead_off = lead_off + np.arange(out.shape[ax], dtype=np.int64).reshape(
+            (-1,) + (1,) * (lead - ax - 1)) * out.strides[ax]
+    return lead_off.reshape(-1), (nruns, run, stride)  # relative to the view's first byte
 
 
 def _split(starts: np.ndarray, parts: int) -> list[int]:

@@ -1,0 +1,30 @@
+"""One lossless-cast policy for everything written into a store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["lossless_cast"]
+
+def lossless_cast(arr: np.ndarray, dtype: Any, name: str, *, round_floats: bool = False) -> np.ndarray:
+    """``arr`` in ``dtype``, refusing any cast that changes a value.
+
+    Safe casts always pass; other casts pass when every value survives the round
+    trip (int64 holding 0..255 into uint8, whole floats into ints).
+    ``round_floats=True`` also lets float -> float casts round (float64 -> float32),
+    as SB3 does when it stores a float space. Otherwise ValueError, naming ``name``.
+    """
+    dtype = np.dtype(dtype)
+    if np.can_cast(arr.dtype, dtype, "safe") or (round_floats and arr.dtype.kind == dtype.kind == "f"):
+        return arr.astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        cast = arr.astype(dtype)
+        back = cast.astype(arr.dtype)
+    if arr.dtype.kind not in "biufc" or not np.array_equal(back, arr, equal_nan=arr.dtype.kind in "fc"):
+        raise ValueError(
+            f"{name}: expected dtype {dtype}, got dtype {arr.dtype} with values that do not fit "
+            f"{dtype} without loss; cast them explicitly first"
+        )
+    return cast
