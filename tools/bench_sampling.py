@@ -41,7 +41,7 @@ from _bench_common import ensure_importable, env_info, md_table, save_results, t
 
 ensure_importable()
 
-OURS = ["default", "chunk_len=2", "chunk_len=8", "preset=compact", "native=off", "threads=2", "threads=4"]
+OURS = ["default", "chunk_len=2", "chunk_len=8", "preset=compact", "native=off", "threads=1", "threads=4"]
 SB3EB = ["zstd3", "lz4-frame/1"]
 OBS_BYTES = 4 * 84 * 84
 
