@@ -36,6 +36,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow"
 
 bench: $(STAMP)
+	$(PY) tools/bench_sampling.py --out results/bench_sampling.json
 	$(PY) tools/bench_codecs.py --out results/bench_codecs.json
 	$(PY) tools/bench_buffers.py --out results/bench_buffers.json
 	$(PY) tools/bench_persistence.py --out results/bench_persistence.json

@@ -44,7 +44,8 @@ spaces), ``flatten_configs`` (Dict spaces), ``version``.
 experimental GPU buffers) map onto the same buffers; see their docstrings.
 The helpers :func:`find_buffer_dtypes`, :func:`find_smallest_dtype`,
 :func:`find_gpu_buffer_dtypes`, :func:`numpy_dtype_to_torch`, :func:`has_igzip`,
-:func:`has_numba`, :func:`init_jit` and :class:`DummyCls` behave like theirs.
+:func:`has_numba` and :class:`DummyCls` behave like theirs; :func:`init_jit` warms
+chunkstore's native read path.
 """
 
 from __future__ import annotations
@@ -159,12 +160,26 @@ def has_igzip() -> bool:
 
 
 def has_numba() -> bool:
-    """Always True: ``rle-jit`` is available here (chunkstore's RLE needs no numba)."""
-    return True
+    """Whether numba imports (a chunkstore dependency: the native read path is built on it).
+
+    ``rle-jit`` works either way: chunkstore's RLE needs no numba.
+    """
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
 
 
 def init_jit(*args: Any, **kwargs: Any) -> None:
-    """A no-op: nothing is JIT-compiled here."""
+    """Load chunkstore's native read path now rather than at the first sample.
+
+    Its arguments (sb3-extra-buffers' ``elem_type``/``runs_type``) are accepted and
+    unneeded. The kernels compile once per machine (numba's cache) and load in well
+    under a second after that; if the layer cannot load, one ``RuntimeWarning`` says why
+    and reads use the Python path.
+    """
+    from chunkstore import native
+
+    native.available()
 
 
 class DummyCls:

@@ -152,7 +152,26 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
         "stores": stores,
         "extra": state.extra,
     }
-    fmt.save(path, arrays, extras, attrs, progress=progress)
+    notes = [_rebuild_note(_prefix(key), fs) for key, fs in state.stores.items() if fs.frames is not None]
+    fmt.save(path, arrays, extras, attrs, progress=progress, reader_note="\n\n".join(notes) or None)
+
+
+def _rebuild_note(p: str, fs: Any) -> str:
+    """How a plain HDF5 reader rebuilds the stacked observations of one key from its frames."""
+    lay = fs.layout
+    k, axis = lay.depth, lay.axis
+    join = (f"concatenate the {k} frames along axis {axis} (each is {lay.width} wide there)"
+            if axis is not None else "the stack is the single frame")
+    nxt = (f" Next observation (kind 1): n = {p}/deltas[0, r, e]; if n < 255, g = g_obs + n; if n == 255, "
+           f"the row [1, r, e, s] of {p}/far holds its slot s: g = h - ((h - s) mod 2**32)."
+           if fs.stacks_per_row > 1 else "")
+    return (f"Observations '{p}' ({fs.n_rows} rows x {fs.n_envs} envs, shape {list(fs.obs_shape)}, "
+            f"{k} frames per stack): each distinct frame is stored once in {p}/frames, one region of "
+            f"F = {fs.ring_frames} items per env. For row r and env e: h = {p}/heads[e], "
+            f"s = {p}/slots[r, e], the newest frame's number g = h - ((h - s) mod 2**32).{nxt} "
+            f"Frame j of the stack (j = 0..{k - 1}) is {p}/frames[e * F + (g - {k - 1} + j) mod F], "
+            f"except that the first {p}/pads[kind, r, e] frames are zeros (kind 0: observation, "
+            f"1: next observation; 255 = never written); {join}.")
 
 
 def _prefix(key: Any) -> str:

@@ -229,8 +229,12 @@ def dqn_row(args: argparse.Namespace) -> dict[str, Any]:
 
     The two runs are interleaved in segments of ``--dqn-segment`` steps
     (``learn(..., reset_num_timesteps=False)``), so a busy moment of the machine
-    slows both alike; both make the same calls, so their parameters must match.
+    slows both alike. Each run keeps its own copy of the global RNGs (``random``,
+    numpy's, torch's: exploration and SB3's sampling draw from them) and swaps it
+    in for its segments, so both make the same draws and their parameters must match.
     """
+    import random
+
     import torch as th
     from atari_data import make_env_id
     from stable_baselines3 import DQN
@@ -257,13 +261,21 @@ def dqn_row(args: argparse.Namespace) -> dict[str, Any]:
                 _spent[0] += time.perf_counter() - t0
 
         model.replay_buffer.sample = timed  # type: ignore[method-assign]
+    # both models were built from the same seed, so the RNG state after the last build is each one's start
+    for arm in arms.values():
+        arm["rng"] = (random.getstate(), np.random.get_state(), th.get_rng_state())  # noqa: NPY002
     done = 0
     while done < args.dqn_steps:
         step = min(args.dqn_segment, args.dqn_steps - done)
         for arm in arms.values():
+            py_state, np_state, th_state = arm["rng"]
+            random.setstate(py_state)
+            np.random.set_state(np_state)  # noqa: NPY002
+            th.set_rng_state(th_state)
             t0 = time.perf_counter()
             arm["model"].learn(step, reset_num_timesteps=False)
             arm["wall"] += time.perf_counter() - t0
+            arm["rng"] = (random.getstate(), np.random.get_state(), th.get_rng_state())  # noqa: NPY002
         done += step
     out: dict[str, Any] = {"steps": args.dqn_steps}
     for label, arm in arms.items():

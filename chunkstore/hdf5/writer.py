@@ -55,6 +55,7 @@ def save(
     attrs: Mapping[str, Any] | None = None,
     *,
     progress: bool = True,
+    reader_note: str | None = None,
 ) -> None:
     """Write a store to one HDF5 file, atomically.
 
@@ -73,6 +74,9 @@ def save(
         JSON-serializable attributes (numpy scalars and arrays are converted).
     progress
         Show a progress bar over chunks on stderr (tqdm; hidden when not a tty).
+    reader_note
+        Text appended to the root ``reader_note`` attribute (how a plain HDF5 reader
+        makes sense of the datasets, e.g. how a buffer's observations are rebuilt).
     """
     path = os.fspath(path)
     extras = dict(extras or {})
@@ -97,7 +101,7 @@ def save(
                 checksums["extras"][name] = _write_extra(f, name, value)
             checksums["header"] = record_crc(header_record(f))
             f.attrs["checksums"] = json.dumps(checksums)
-            f.attrs["reader_note"] = _reader_note(arrays)
+            f.attrs["reader_note"] = _reader_note(arrays) + (f"\n\n{reader_note}" if reader_note else "")
         os.fsync(fd)
         if not _tempfile.still_ours(tmp, fd):
             raise OSError(f"the temporary {tmp} was replaced while it was written; {path} is unchanged")
