@@ -59,7 +59,8 @@ DEFAULT_CODEC = "zstd3+dict"
 DEFAULT_CACHE_BYTES = 0
 #: threads that share the chunks of one large read (chunkstore.native splits only reads of
 #: many items: a thread's dispatch costs more than a small read). Measured on a 2-core box,
-#: real MsPacman sample(256): 2 threads 0.80x SB3's time, 1 thread 1.02x, 4 threads 0.87x
+#: real MsPacman sample(256), SB3's time = 1: 1 / 2 / 4 threads 1.02 / 0.80 / 0.87 in one run,
+#: 0.88 / 0.74 / 0.81 in another
 DEFAULT_THREADS = min(2, os.cpu_count() or 1)
 #: chunks kept open (uncompressed) at once before the least recently written is sealed
 MAX_OPEN_CHUNKS = 4
@@ -818,6 +819,17 @@ class ChunkedArray:
         view = self.tier.get(self._ref(c))
         return memoryview(view).toreadonly()  # type: ignore[arg-type]
 
+    def iter_chunk_bytes(self, chunks: np.ndarray) -> Iterator[memoryview]:
+        """:meth:`chunk_bytes` of each of ``chunks`` (stored chunk indices), in order: the save path."""
+        chunks = np.asarray(chunks, np.int64)
+        seg, off, n = self._seg[chunks], self._off[chunks], self._len[chunks]
+        missing = np.flatnonzero(seg < 0)
+        if missing.size:
+            raise KeyError(f"{self.name}: chunk {int(chunks[missing[0]])} is not stored (open or never written)")
+        get = self.tier.get
+        for s, o, k in zip(seg.tolist(), off.tolist(), n.tolist(), strict=True):
+            yield memoryview(get(ChunkRef(s, o, k))).toreadonly()  # type: ignore[arg-type]
+
     def chunk_nbytes(self) -> np.ndarray:
         """Encoded size of every chunk (0 where not stored)."""
         return np.where(self._seg >= 0, self._len, 0)
@@ -833,6 +845,31 @@ class ChunkedArray:
             if self._seg[c] >= 0:
                 self._drop_sealed(c)
             self._store(c, ref)
+
+    def adopt_chunks(self, chunks: np.ndarray, refs: np.ndarray) -> None:
+        """Install chunks that the tier already holds, in bulk (the lazy load path).
+
+        ``chunks`` are increasing chunk indices, none stored or open yet; ``refs`` is
+        the ``(3, len(chunks))`` table of their tier references (segment, offset,
+        nbytes), as :meth:`put_chunk_bytes` would have stored them one by one.
+        """
+        chunks = np.asarray(chunks, np.int64)
+        if len(chunks) == 0:
+            return
+        if chunks[0] < 0 or chunks[-1] >= self.nchunks_total or np.any(np.diff(chunks) <= 0):
+            raise IndexError(f"{self.name}: chunk indices must increase within 0..{self.nchunks_total - 1}")
+        with self._lock:
+            if np.any(self._seg[chunks] >= 0) or any(c in self._open for c in chunks.tolist()):
+                raise ValueError(f"{self.name}: adopt_chunks() installs chunks not stored or open yet")
+            seg, off, n = refs
+            self._seg[chunks], self._off[chunks], self._len[chunks] = seg, off, n
+            self._version[chunks] += 1
+            self._max_len = max(self._max_len, int(n.max()))
+            self._cbytes_sealed += int(n.sum())
+            rows = np.minimum(self.chunk_len, self.capacity - chunks * self.chunk_len)
+            self._raw_sealed += int(rows.sum()) * self._item_nbytes
+            if self._raw_sealed >= TRAIN_AFTER_BYTES and _wants_training(self.codec):
+                self.train_codec()
 
     def chunk_rows(self, c: int) -> int:
         """Number of items in chunk ``c`` (the last chunk may be shorter)."""

@@ -319,6 +319,27 @@ def test_put_chunk_bytes_installs_verbatim():
     assert dst.cbytes == src.cbytes
 
 
+def test_adopt_chunks_equals_put_chunk_bytes_and_refuses_misuse():
+    """Bulk installation of chunks the tier already holds (the lazy load path)."""
+    src = ChunkedArray(37, (5,), np.float32, chunk_len=8, codec="zstd1")  # a short last chunk
+    src[:] = np.arange(185, dtype=np.float32).reshape(37, 5)
+    tier = MemoryTier()
+    chunks = src.stored_chunks()
+    refs = np.array([tier.put(bytes(src.chunk_bytes(int(c)))) for c in chunks], np.int64).T
+    dst = ChunkedArray(37, (5,), np.float32, chunk_len=8, codec="zstd1", tier=tier)
+    dst.adopt_chunks(chunks, refs)
+    assert np.array_equal(np.asarray(dst), np.asarray(src))
+    assert (dst.cbytes, dst.cratio, dst.nchunks) == (src.cbytes, src.cratio, src.nchunks)
+    with pytest.raises(ValueError, match="not stored or open"):
+        dst.adopt_chunks(chunks[:1], refs[:, :1])
+    with pytest.raises(IndexError, match="increase"):
+        dst.adopt_chunks(chunks[::-1], refs[:, ::-1])
+    fresh = ChunkedArray(37, (5,), np.float32, chunk_len=8, codec="zstd1", tier=tier)
+    fresh[1] = np.ones(5, np.float32)  # chunk 0 is open
+    with pytest.raises(ValueError, match="not stored or open"):
+        fresh.adopt_chunks(chunks, refs)
+
+
 def _frames(n: int, seed: int = 0) -> np.ndarray:
     """Image-like frames: a fixed background with a few moving sprites."""
     rng = np.random.default_rng(seed)

@@ -318,8 +318,16 @@ def rollout_configs(args: argparse.Namespace, game: str) -> list[dict[str, Any]]
     if "sb3eb" in args.only:
         cfgs.append(dict(base, kind="sb3eb", method="zstd3", label="sb3eb RolloutBuffer zstd3"))
     if "ours" in args.only:
+        import inspect
+
+        from sb3_integration import CompressedRolloutBuffer, rollout
+
+        accepted = {*inspect.signature(CompressedRolloutBuffer.__init__).parameters,
+                    *inspect.signature(rollout.CompressedRolloutBuffer.__init__).parameters}
         for spec in args.ours:
-            cfgs.append(dict(base, kind="ours", options=parse_ours(spec), label=f"ours Rollout {spec}"))
+            options = parse_ours(spec)
+            if set(options) <= accepted:  # replay-only options (preset, tier, ...) have no rollout row
+                cfgs.append(dict(base, kind="ours", options=options, label=f"ours Rollout {spec}"))
     return cfgs
 
 

@@ -325,8 +325,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
             continue
         marker = "o" if row["game"] == "MsPacman" else "s"
         ax.scatter(row["sample256_ratio"], row["bytes_per_transition"], c=colors[fam], marker=marker)
-        ax.annotate(f"{row['buffer'].replace('ours ', '')} ({row['game']})", (row["sample256_ratio"],
-                    row["bytes_per_transition"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
+        if fam == "SB3" and row["game"] != rows[0]["game"]:
+            continue  # the same point for every game: one label
+        label = (f"{row['buffer']} (both games)" if fam == "SB3"
+                 else f"{row['buffer'].replace('ours ', 'chunkstore ')} ({row['game']})")
+        ax.annotate(label, (row["sample256_ratio"], row["bytes_per_transition"]), fontsize=7,
+                    xytext=(4, 2), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample(256) time / SB3 ReplayBuffer (same run)")

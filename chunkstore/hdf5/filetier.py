@@ -204,6 +204,24 @@ class FileTier(Tier):
         seg, off, n = self.writable.put(data)
         return ChunkRef(seg + 1, off, n)
 
+    def adopt(self, offsets: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """:meth:`put` of ``FileChunk(offsets[i], nbytes[i])`` for every ``i`` at once.
+
+        Returns the ``(3, n)`` int64 table of their references (segment, offset, nbytes).
+        """
+        offsets, nbytes = np.asarray(offsets, np.int64), np.asarray(nbytes, np.int64)
+        bad = np.flatnonzero((offsets < 0) | (nbytes < 0) | (offsets + nbytes > self.file.size))
+        if bad.size:
+            o, n = int(offsets[bad[0]]), int(nbytes[bad[0]])
+            raise CorruptChunkError(
+                f"{self.name}: a chunk at bytes {o}..{o + n} lies beyond the end "
+                f"of {self.file.path} ({self.file.size} bytes); the file is truncated",
+                array=self.name,
+            )
+        self._file_live_nbytes += int(nbytes.sum())
+        self._file_live_chunks += len(offsets)
+        return np.stack([np.full(len(offsets), FILE_SEGMENT, np.int64), offsets, nbytes])
+
     def get(self, ref: ChunkRef) -> np.ndarray | memoryview:
         seg, off, n = ref
         if seg != FILE_SEGMENT:

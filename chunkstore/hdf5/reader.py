@@ -23,7 +23,7 @@ from chunkstore.hdf5._meta import (
     read_header,
 )
 from chunkstore.hdf5.checksum import check_crc
-from chunkstore.hdf5.filetier import FileChunk, FileTier, MappedFile
+from chunkstore.hdf5.filetier import FileTier, MappedFile
 from chunkstore.tiers import MemoryTier, Tier
 
 __all__ = ["Store", "load"]
@@ -166,8 +166,7 @@ def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
     ftier = FileTier(mapped, chunks, offsets, nbytes, crcs, writable=tier, name=meta.name,
                      verify=verify is not False)
     arr = new_array(meta, ftier, cache, mapped.path)
-    for c, off, n in zip(chunks.tolist(), offsets.tolist(), nbytes.tolist(), strict=True):
-        arr.put_chunk_bytes(c, FileChunk(off, n))  # adopts the file bytes, no copy
+    arr.adopt_chunks(chunks, ftier.adopt(offsets, nbytes))  # the file bytes stay where they are
     if verify:
         ftier.verify_all()
     return arr

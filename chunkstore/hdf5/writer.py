@@ -179,12 +179,12 @@ def _write_chunks(f: h5py.File, name: str, arr: ChunkedArray, dset: h5py.Dataset
     L, last = arr.chunk_len, arr.nchunks_total - 1
     pad_tail = pad_tail and arr.chunk_rows(last) < L
     crcs = np.empty(len(stored), dtype=np.uint32)
-    write, chunk_bytes = dset.id.write_direct_chunk, arr.chunk_bytes
+    write = dset.id.write_direct_chunk
     rest = (0,) * (arr.ndim - 1)
     tail = None
     # the hot loop: one tier view, one CRC and one HDF5 call per chunk
-    for k, c in enumerate(stored.tolist()):
-        data: Any = chunk_bytes(c)
+    for k, (c, view) in enumerate(zip(stored.tolist(), arr.iter_chunk_bytes(stored), strict=True)):
+        data: Any = view
         if pad_tail and c == last:
             tail = _write_tail(f, name, data)
             data = _padded_chunk(arr, c)

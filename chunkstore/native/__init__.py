@@ -44,9 +44,11 @@ __all__ = [
 ]
 
 #: a read is split over threads only from this many items per extra thread on: below it,
-#: handing work to a pool thread costs more than it saves (measured: sample(32) of stacked
-#: frames, 256 items, 1.57x SB3's time on one thread, 1.9x on two)
-PARALLEL_MIN_ITEMS = 1024
+#: handing work to a pool thread costs about what it saves. Measured on 2 cores with real
+#: (4,84,84) stacks, time against SB3's sample: sample(32) (256 frame items) 1.57x on one
+#: thread and 1.9x on two in one run, 2.17x and 1.89x in another (Pong: 1.77x, 1.75x), so
+#: it stays on one; sample(64) (512 items) 2.45x -> 1.81x (MsPacman), 1.53x -> 1.32x (Pong).
+PARALLEL_MIN_ITEMS = 512
 
 _lock = threading.Lock()
 _loaded: Any = None  # the _Native instance once loaded
