@@ -156,9 +156,10 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
     fmt.save(path, arrays, extras, attrs, progress=progress, reader_note="\n\n".join(notes) or None)
 
 
-def _rebuild_note(p: str, fs: Any) -> str:
+def _rebuild_note(p: str, fs: FrameStoreState) -> str:
     """How a plain HDF5 reader rebuilds the stacked observations of one key from its frames."""
     lay = fs.layout
+    assert lay is not None  # frames exist only once the layout is known
     k, axis = lay.depth, lay.axis
     join = (f"concatenate the {k} frames along axis {axis} (each is {lay.width} wide there)"
             if axis is not None else "the stack is the single frame")

@@ -315,8 +315,12 @@ def test_training_bit_identical(algo, env_id, ref_cls, our_cls, kw, one_torch_th
 
 @pytest.mark.slow
 def test_training_atari_cnn_bit_identical(one_torch_thread):
+    import ale_py
+    import gymnasium as gym
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)  # the ALE ids, whatever other tests ran before
 
     def run(cls):
         env = VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=2, seed=0), 4)
