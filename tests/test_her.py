@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 import torch as th
+from conftest import assert_samples_equal
 from gymnasium import spaces
 from hypothesis import given
 from hypothesis import strategies as st
@@ -52,26 +53,6 @@ def pair(venv, buffer_size, **kw):
     ref = HerReplayBuffer(buffer_size, space, act, venv, "cpu", n_envs=venv.num_envs, **kw)
     ours = CompressedHerReplayBuffer(buffer_size, space, act, venv, "cpu", n_envs=venv.num_envs, chunk_len=4, **kw)
     return ref, ours
-
-
-def assert_same(a, b, where=""):
-    if a is None or b is None:
-        assert a is None and b is None, where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            assert_same(a[k], b[k], f"{where}[{k}]")
-    else:
-        assert a.dtype == b.dtype and a.shape == b.shape and th.equal(a, b), where
-
-
-def assert_samples_equal(ref, ours, batch_size, seed, where=""):
-    np.random.seed(seed)  # noqa: NPY002 - SB3 samples from the global legacy generator
-    sa = ref.sample(batch_size)
-    np.random.seed(seed)  # noqa: NPY002
-    sb = ours.sample(batch_size)
-    for field in sa._fields:
-        assert_same(getattr(sa, field), getattr(sb, field), f"{where} {field}")
 
 
 def assert_state_equal(ref, ours):

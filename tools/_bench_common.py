@@ -7,6 +7,7 @@ minimum (throughput) or median (latency) of several repeats.
 
 from __future__ import annotations
 
+import ast
 import gc
 import json
 import os
@@ -28,6 +29,7 @@ __all__ = [
     "fmt",
     "md_table",
     "median_ms",
+    "parse_kwargs",
     "progress",
     "robust_ms",
     "rss",
@@ -203,6 +205,22 @@ def progress(it: Iterable[Any] | None = None, *, total: int | None = None, desc:
     return tqdm(it, total=total, desc=desc, disable=disable, file=sys.stderr, dynamic_ncols=True,
                 mininterval=0.5, leave=False, **kw)
 
+
+
+def parse_kwargs(spec: str) -> dict[str, Any]:
+    """A benchmark arm's keyword arguments: ``"default"`` -> {};
+    ``"chunk_len=8,compression_method=lz4-block"`` -> ``{"chunk_len": 8, "compression_method": "lz4-block"}``
+    (values are Python literals where they parse as one, strings otherwise)."""
+    if spec.strip() in ("", "default"):
+        return {}
+    out: dict[str, Any] = {}
+    for part in spec.split(","):
+        k, _, v = part.partition("=")
+        try:
+            out[k.strip()] = ast.literal_eval(v.strip())
+        except (ValueError, SyntaxError):
+            out[k.strip()] = v.strip()
+    return out
 
 def fmt(v: Any, digits: int = 3) -> str:
     """Compact number formatting for tables: 3 significant digits, thousands as ints."""

@@ -22,7 +22,6 @@ Examples
 from __future__ import annotations
 
 import argparse
-import ast
 import gc
 import json
 import os
@@ -40,6 +39,7 @@ from _bench_common import (
     ensure_importable,
     fmt,
     md_table,
+    parse_kwargs,
     progress,
     robust_ms,
     rss,
@@ -277,20 +277,6 @@ def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
 # == parent ===================================================================
 
 
-def parse_ours(spec: str) -> dict[str, Any]:
-    """``"default"`` -> {}; ``"compression_method=lz4-block,chunk_len=16"`` -> kwargs."""
-    if spec.strip() in ("", "default"):
-        return {}
-    out: dict[str, Any] = {}
-    for part in spec.split(","):
-        k, _, v = part.partition("=")
-        try:
-            out[k.strip()] = ast.literal_eval(v.strip())
-        except (ValueError, SyntaxError):
-            out[k.strip()] = v.strip()
-    return out
-
-
 def replay_configs(args: argparse.Namespace, game: str) -> list[dict[str, Any]]:
     base = dict(bench="replay", game=game, capacity=args.capacity, collect_steps=args.collect_steps,
                 seed=args.seed, cache_dir=args.cache_dir, samples=args.samples, pickle=not args.no_pickle,
@@ -303,7 +289,7 @@ def replay_configs(args: argparse.Namespace, game: str) -> list[dict[str, Any]]:
         cfgs += [dict(base, kind="sb3eb", opt=False, method=m, label=f"sb3eb {m}") for m in args.sb3eb]
     if "ours" in args.only:
         for spec in args.ours:
-            opts = parse_ours(spec)
+            opts = parse_kwargs(spec)
             cfgs.append(dict(base, kind="ours", opt=False, options=opts, label=f"ours {spec}"))
     return cfgs
 
@@ -325,7 +311,7 @@ def rollout_configs(args: argparse.Namespace, game: str) -> list[dict[str, Any]]
         accepted = {*inspect.signature(CompressedRolloutBuffer.__init__).parameters,
                     *inspect.signature(rollout.CompressedRolloutBuffer.__init__).parameters}
         for spec in args.ours:
-            options = parse_ours(spec)
+            options = parse_kwargs(spec)
             if set(options) <= accepted:  # replay-only options (preset, tier, ...) have no rollout row
                 cfgs.append(dict(base, kind="ours", options=options, label=f"ours Rollout {spec}"))
     return cfgs

@@ -27,7 +27,6 @@ Examples
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import sys
 import time
@@ -37,27 +36,20 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import ensure_importable, env_info, md_table, save_results, try_import
+from _bench_common import (
+    ensure_importable,
+    env_info,
+    md_table,
+    parse_kwargs,
+    save_results,
+    try_import,
+)
 
 ensure_importable()
 
 OURS = ["default", "chunk_len=2", "chunk_len=8", "preset=compact", "native=off", "threads=1", "threads=4"]
 SB3EB = ["zstd3", "lz4-frame/1"]
 OBS_BYTES = 4 * 84 * 84
-
-
-def parse(spec: str) -> dict[str, Any]:
-    """``"default"`` -> {}; ``"chunk_len=8,threads=2"`` -> kwargs."""
-    if spec.strip() in ("", "default"):
-        return {}
-    out: dict[str, Any] = {}
-    for part in spec.split(","):
-        k, _, v = part.partition("=")
-        try:
-            out[k.strip()] = ast.literal_eval(v.strip())
-        except (ValueError, SyntaxError):
-            out[k.strip()] = v.strip()
-    return out
 
 
 class Arm:
@@ -102,7 +94,7 @@ def make_buffers(args: argparse.Namespace, obs_space: Any, act_space: Any) -> tu
     arms = [sb3]
     built: dict[str, Any] = {}
     for spec in args.ours:
-        kw = parse(spec)
+        kw = parse_kwargs(spec)
         native = kw.pop("native", "on") != "off"
         key = repr(sorted(kw.items()))
         if key not in built:
