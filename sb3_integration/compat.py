@@ -374,7 +374,21 @@ class _ExtraBuffersOptions:
 
 
 class _ReplayOptions(_ExtraBuffersOptions):
-    """The replay side: options saved with the buffer, and the sb3-extra-buffers converter."""
+    """The replay side: the constructor (SB3's ``ReplayBuffer`` arguments in their order, then
+    sb3-extra-buffers'), options saved with the buffer, and the sb3-extra-buffers converter."""
+
+    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                 device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
+                 handle_timeout_termination: bool = True, dtypes: Any = None, normalize_images: bool = False,
+                 compression_method: str | Codec | None = None,
+                 compression_kwargs: dict[str, Any] | None = None,
+                 decompression_kwargs: dict[str, Any] | None = None, output_dtype: str = "raw",
+                 **store_options: Any) -> None:
+        method = self._take_options(observation_space, dtypes=dtypes, normalize_images=normalize_images,
+                                    compression_method=compression_method, compression_kwargs=compression_kwargs,
+                                    decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
+        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+                         handle_timeout_termination, compression_method=method, dtypes=dtypes, **store_options)
 
     def _extra_file_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         kwargs, arrays = super()._extra_file_state()  # type: ignore[misc]
@@ -397,6 +411,23 @@ class _ReplayOptions(_ExtraBuffersOptions):
         return from_sb3_extra_buffers(source, buffer_class=cls, **kwargs)
 
 
+class _RolloutOptions(_ExtraBuffersOptions):
+    """The rollout side: the constructor (SB3's ``RolloutBuffer`` arguments in their order, then
+    sb3-extra-buffers'; the default codec stores frames once, uncompressed)."""
+
+    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                 device: th.device | str = "auto", gae_lambda: float = 1, gamma: float = 0.99, n_envs: int = 1,
+                 dtypes: Any = None, normalize_images: bool = False, compression_method: str | Codec | None = None,
+                 compression_kwargs: dict[str, Any] | None = None,
+                 decompression_kwargs: dict[str, Any] | None = None, **store_options: Any) -> None:
+        method = self._take_options(observation_space, dtypes=dtypes, normalize_images=normalize_images,
+                                    compression_method=_rollout.DEFAULT_ROLLOUT_COMPRESSION
+                                    if compression_method is None else compression_method,
+                                    compression_kwargs=compression_kwargs, decompression_kwargs=decompression_kwargs)
+        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs,
+                         compression_method=method, dtypes=dtypes, **store_options)
+
+
 # == the buffers ==========================================================================
 class CompressedReplayBuffer(_ReplayOptions, _replay.CompressedReplayBuffer):
     """SB3's ``ReplayBuffer``, compressed, taking sb3-extra-buffers' arguments too.
@@ -417,19 +448,6 @@ class CompressedReplayBuffer(_ReplayOptions, _replay.CompressedReplayBuffer):
     ('zstd/-3', 28224, False)
     """
 
-    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
-                 device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
-                 handle_timeout_termination: bool = True, dtypes: Any = None, normalize_images: bool = False,
-                 compression_method: str | Codec | None = None,
-                 compression_kwargs: dict[str, Any] | None = None,
-                 decompression_kwargs: dict[str, Any] | None = None, output_dtype: str = "raw",
-                 **store_options: Any) -> None:
-        method = self._take_options(observation_space, dtypes=dtypes, normalize_images=normalize_images,
-                                    compression_method=compression_method, compression_kwargs=compression_kwargs,
-                                    decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
-        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-                         handle_timeout_termination, compression_method=method, dtypes=dtypes, **store_options)
-
 
 class CompressedDictReplayBuffer(_ReplayOptions, _replay.CompressedDictReplayBuffer):
     """SB3's ``DictReplayBuffer``, compressed, taking sb3-extra-buffers' arguments too.
@@ -447,21 +465,8 @@ class CompressedDictReplayBuffer(_ReplayOptions, _replay.CompressedDictReplayBuf
     4
     """
 
-    def __init__(self, buffer_size: int, observation_space: spaces.Dict, action_space: spaces.Space,
-                 device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
-                 handle_timeout_termination: bool = True, dtypes: Any = None, normalize_images: bool = False,
-                 compression_method: str | Codec | None = None,
-                 compression_kwargs: dict[str, Any] | None = None,
-                 decompression_kwargs: dict[str, Any] | None = None, output_dtype: str = "raw",
-                 **store_options: Any) -> None:
-        method = self._take_options(observation_space, dtypes=dtypes, normalize_images=normalize_images,
-                                    compression_method=compression_method, compression_kwargs=compression_kwargs,
-                                    decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
-        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-                         handle_timeout_termination, compression_method=method, dtypes=dtypes, **store_options)
 
-
-class CompressedRolloutBuffer(_ExtraBuffersOptions, _rollout.CompressedRolloutBuffer):
+class CompressedRolloutBuffer(_RolloutOptions, _rollout.CompressedRolloutBuffer):
     """SB3's ``RolloutBuffer``, compressed, taking sb3-extra-buffers' arguments too.
 
     See :class:`sb3_integration.rollout.CompressedRolloutBuffer` (``chunk_len``,
@@ -478,20 +483,8 @@ class CompressedRolloutBuffer(_ExtraBuffersOptions, _rollout.CompressedRolloutBu
     ('rle', <class 'numpy.uint16'>)
     """
 
-    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
-                 device: th.device | str = "auto", gae_lambda: float = 1, gamma: float = 0.99, n_envs: int = 1,
-                 dtypes: Any = None, normalize_images: bool = False, compression_method: str | Codec | None = None,
-                 compression_kwargs: dict[str, Any] | None = None,
-                 decompression_kwargs: dict[str, Any] | None = None, **store_options: Any) -> None:
-        method = self._take_options(observation_space, dtypes=dtypes, normalize_images=normalize_images,
-                                    compression_method=_rollout.DEFAULT_ROLLOUT_COMPRESSION
-                                    if compression_method is None else compression_method,
-                                    compression_kwargs=compression_kwargs, decompression_kwargs=decompression_kwargs)
-        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs,
-                         compression_method=method, dtypes=dtypes, **store_options)
 
-
-class CompressedDictRolloutBuffer(_ExtraBuffersOptions, _rollout.CompressedDictRolloutBuffer):
+class CompressedDictRolloutBuffer(_RolloutOptions, _rollout.CompressedDictRolloutBuffer):
     """SB3's ``DictRolloutBuffer``, compressed, taking sb3-extra-buffers' arguments too.
 
     Arguments as :class:`CompressedRolloutBuffer`.
@@ -503,18 +496,6 @@ class CompressedDictRolloutBuffer(_ExtraBuffersOptions, _rollout.CompressedDictR
     >>> CompressedDictRolloutBuffer(4, space, spaces.Discrete(2), "cpu", normalize_images=True).normalize_images
     True
     """
-
-    def __init__(self, buffer_size: int, observation_space: spaces.Dict, action_space: spaces.Space,
-                 device: th.device | str = "auto", gae_lambda: float = 1, gamma: float = 0.99, n_envs: int = 1,
-                 dtypes: Any = None, normalize_images: bool = False, compression_method: str | Codec | None = None,
-                 compression_kwargs: dict[str, Any] | None = None,
-                 decompression_kwargs: dict[str, Any] | None = None, **store_options: Any) -> None:
-        method = self._take_options(observation_space, dtypes=dtypes, normalize_images=normalize_images,
-                                    compression_method=_rollout.DEFAULT_ROLLOUT_COMPRESSION
-                                    if compression_method is None else compression_method,
-                                    compression_kwargs=compression_kwargs, decompression_kwargs=decompression_kwargs)
-        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs,
-                         compression_method=method, dtypes=dtypes, **store_options)
 
 
 # == sb3-extra-buffers' GPU buffer names ==================================================
