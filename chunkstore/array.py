@@ -81,10 +81,6 @@ _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 
-
-
-
-
 def _wants_training(codec: Codec) -> bool:
     return isinstance(codec, TrainableCodec) and codec.wants_training
 
@@ -290,9 +286,10 @@ class ChunkedArray:
             if buf is not None and v.dtype == self.dtype and v.shape == self.item_shape:
                 buf[r] = v
                 self._open.move_to_end(c)
-                if r == len(buf) - 1:
-                    self._seal(c)
+                self._after_write(c, r)
                 return
+            self._write_run(i, self._coerce(value, 1))
+            return
         if isinstance(key, tuple):
             if len(key) == 1:
                 key = key[0]
@@ -413,18 +410,18 @@ class ChunkedArray:
     def _seal(self, c: int) -> None:
         # the chunk leaves the open set only once its bytes are safely in the tier:
         # if the put fails (tier full, disk full) its items stay readable and writable
-        buf = self._seal_from(c, self._open[c])
+        buf = self._open[c]
+        self._seal_from(c, buf)
         del self._open[c]
         self._open_table = None
         if len(buf) == self.chunk_len and len(self._spare) < self.max_open:
             self._spare.append(buf)
 
-    def _seal_from(self, c: int, raw: np.ndarray) -> np.ndarray:
+    def _seal_from(self, c: int, raw: np.ndarray) -> None:
         ref = self.tier.put(self.codec.encode(np.ascontiguousarray(raw)))
         if self._seg[c] >= 0:
             self._drop_sealed(c)
         self._store(c, ref)
-        return raw
 
     def _store(self, c: int, ref: ChunkRef) -> None:
         self._seg[c], self._off[c], self._len[c] = ref
@@ -701,9 +698,9 @@ class ChunkedArray:
         return True
 
     def _check_reads(self, ids: np.ndarray) -> None:
-        chunks = np.unique(ids[ids >= 0] // self.chunk_len)
-        chunks = chunks[self._seg[chunks] >= 0]
-        self.tier.check_reads(self._seg[chunks], self._off[chunks], self._len[chunks])
+        chunks = ids[ids >= 0] // self.chunk_len
+        chunks = chunks[self._seg[chunks] >= 0]  # repeats are fine: the tier checks each chunk once
+        self.tier.check_reads(self._seg[chunks], self._off[chunks])
 
     def _open_chunks(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk index, buffer address) of every open chunk, for the native path."""
@@ -878,7 +875,7 @@ class ChunkedArray:
     # -- pickling: compressed bytes, never decoded caches or threads ---------------------
     def __getstate__(self) -> dict[str, Any]:
         stored = self.stored_chunks()
-        blobs = [bytes(self.chunk_bytes(int(c))) for c in stored]
+        blobs = [bytes(view) for view in self.iter_chunk_bytes(stored)]
         opened = {c: self.codec.encode(np.ascontiguousarray(b)) for c, b in self._open.items()}
         return {
             "config": {

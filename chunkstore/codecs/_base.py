@@ -79,18 +79,19 @@ class Codec(ABC):
     def native_spec(self) -> Any:
         """How the native read path decodes these chunks (a :class:`chunkstore.native.NativeSpec`).
 
-        None (the default) keeps this codec on the Python read path. A codec that
-        returns a spec decodes identically through both paths.
+        None keeps this codec on the Python read path. A codec that has a spec decodes
+        identically through both paths. Called per read: the spec (which may hold a
+        digested dictionary) is built once per codec object by :meth:`_make_native_spec`.
         """
-        return None
-
-    def _cached_native_spec(self, make: Any) -> Any:
-        # the spec may hold a digested dictionary: build it once per codec object
         try:
             return self.__dict__["_native"]
         except KeyError:
-            spec = self.__dict__["_native"] = make()
+            spec = self.__dict__["_native"] = self._make_native_spec()
             return spec
+
+    def _make_native_spec(self) -> Any:
+        """The native spec, built once (None by default: Python path only)."""
+        return None
 
     def __getstate__(self) -> dict[str, Any]:
         # a native spec holds process-local addresses: never pickled

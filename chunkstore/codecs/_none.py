@@ -38,7 +38,7 @@ class NoneCodec(Codec):
     def decode(self, buf: Any, out: np.ndarray | None = None) -> np.ndarray:
         return deliver(self.name, buffer_view(buf), out)
 
-    def native_spec(self) -> Any:
+    def _make_native_spec(self) -> Any:
         from chunkstore import native
 
-        return self._cached_native_spec(native.raw_spec)
+        return native.raw_spec()

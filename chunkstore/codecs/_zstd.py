@@ -149,11 +149,10 @@ class ZstdCodec(LevelledCodec):
             raise DecodeError(f"{self.name}: {claim} {size} bytes, the frame holds "
                               f"{'more' if trailing else filled}")
 
-    def native_spec(self) -> Any:
+    def _make_native_spec(self) -> Any:
         from chunkstore import native
 
-        zdict = self._zdict
-        return self._cached_native_spec(lambda: native.zstd_spec(None if zdict is None else zdict.data))
+        return native.zstd_spec(None if self._zdict is None else self._zdict.data)
 
     def _decode_unsized(self, src: memoryview, out: np.ndarray | None) -> np.ndarray:
         if out is not None:  # bounded by out: a crafted frame may expand to gigabytes

@@ -191,20 +191,12 @@ class FileTier(Tier):
     # -- Tier API ---------------------------------------------------------------------
     def put(self, data: Any) -> ChunkRef:
         if isinstance(data, FileChunk):
-            offset, n = int(data.offset), int(data.nbytes)
-            if offset < 0 or offset + n > self.file.size:
-                raise CorruptChunkError(
-                    f"{self.name}: a chunk at bytes {offset}..{offset + n} lies beyond the end "
-                    f"of {self.file.path} ({self.file.size} bytes); the file is truncated",
-                    array=self.name,
-                )
-            self._file_live_nbytes += n
-            self._file_live_chunks += 1
-            return ChunkRef(FILE_SEGMENT, offset, n)
+            seg, off, n = self.adopt([data.offset], [data.nbytes])[:, 0].tolist()
+            return ChunkRef(seg, off, n)
         seg, off, n = self.writable.put(data)
         return ChunkRef(seg + 1, off, n)
 
-    def adopt(self, offsets: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    def adopt(self, offsets: Any, nbytes: Any) -> np.ndarray:
         """:meth:`put` of ``FileChunk(offsets[i], nbytes[i])`` for every ``i`` at once.
 
         Returns the ``(3, n)`` int64 table of their references (segment, offset, nbytes).
@@ -281,9 +273,9 @@ class FileTier(Tier):
     #: a native read must first see that the file was not changed in place (and check CRCs)
     checks_reads = True
 
-    def check_reads(self, segments: np.ndarray, offsets: np.ndarray, nbytes: np.ndarray) -> None:
+    def check_reads(self, segments: np.ndarray, offsets: np.ndarray) -> None:
         """The file unchanged since it was mapped, and the CRC32 of every file chunk in the
-        batch not checked before (with ``verify``)."""
+        batch not checked before (with ``verify``; repeated chunks are checked once)."""
         self.file.check_unchanged()
         if not self.verify:
             return
@@ -291,21 +283,23 @@ class FileTier(Tier):
         if not offs.size or not self._offsets.size:
             return
         k = np.searchsorted(self._offsets, offs).clip(max=len(self._offsets) - 1)
-        for off in np.unique(offs[~self._checked[k]]).tolist():
-            k1 = int(np.searchsorted(self._offsets, off))
-            self._check(off, self.file.view(off, int(self._nbytes[k1])))
+        k = k[(self._offsets[k] == offs) & ~self._checked[k]]
+        for i in np.unique(k).tolist():
+            self._check_at(i, self.file.view(int(self._offsets[i]), int(self._nbytes[i])))
 
     # -- checksums ---------------------------------------------------------------------
     def verify_all(self) -> None:
         """Check every file chunk's CRC32 now (raises on the first bad one)."""
         for k in np.flatnonzero(~self._checked).tolist():
-            off = int(self._offsets[k])
-            self._check(off, self.file.view(off, int(self._nbytes[k])))
+            self._check_at(k, self.file.view(int(self._offsets[k]), int(self._nbytes[k])))
 
     def _check(self, offset: int, view: np.ndarray) -> None:
         k = int(np.searchsorted(self._offsets, offset))
-        if k == len(self._offsets) or self._offsets[k] != offset or self._checked[k]:
-            return
+        if k < len(self._offsets) and self._offsets[k] == offset and not self._checked[k]:
+            self._check_at(k, view)
+
+    def _check_at(self, k: int, view: np.ndarray) -> None:
+        """CRC32 of file chunk ``k`` (in offset order), read as ``view``."""
         chunk = int(self._chunk_ids[k])
         what = f"{self.name}: chunk {chunk} in {self.file.path}"
         if view.size != self._nbytes[k]:

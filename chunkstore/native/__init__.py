@@ -158,11 +158,13 @@ class GatherResult:
 
     @property
     def message(self) -> str:
-        if self.code == 1:
+        from chunkstore.native import _kernels as k  # loaded: a result came from it
+
+        if self.code == k.WRONG_SIZE:
             return f"decodes to {self.found} bytes, not the expected size"
-        if self.code == 2:
+        if self.code == k.DECODE_ERROR:
             return f"is not a valid frame (libzstd error {-self.found})"
-        if self.code == 4:
+        if self.code == k.READ_ERROR:
             return f"could not be read from its file (read returned {self.found}: truncated?)"
         return f"lies in segment {self.found}, which has no host address or file"
 
@@ -215,7 +217,7 @@ def gather(
                      _cbuf(nat, max_chunk_bytes), status)
         return GatherResult(int(status[0]), int(status[1]), int(status[2]))
     order, starts = k.plan_groups(ids, chunk_len)
-    nthreads = max(1, min(int(threads), len(starts) - 1))
+    nthreads = max(1, min(int(threads), len(starts) - 1))  # no more parts than distinct chunks
     bounds = _split(starts, nthreads)
 
     def run(part: int) -> np.ndarray:
@@ -226,8 +228,7 @@ def gather(
                         open_chunks, open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
         return status
 
-    pool = _pool(nat, nthreads - 1)
-    futures = [pool.submit(run, part) for part in range(1, nthreads)]
+    futures = [] if nthreads == 1 else [_pool(nat, nthreads - 1).submit(run, part) for part in range(1, nthreads)]
     results = [run(0)] + [f.result() for f in futures]
     bad = next((st for st in results if st[0] != 0), results[0])
     return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))
@@ -263,8 +264,6 @@ def item_placement(out: np.ndarray, lead: int, itemsize: int) -> tuple[np.ndarra
 
 def _split(starts: np.ndarray, parts: int) -> list[int]:
     """Group boundaries that give each part about the same number of items."""
-    if parts == 1:
-        return [0, len(starts) - 1]
     targets = np.linspace(0, starts[-1], parts + 1)[1:-1]
     cuts = np.searchsorted(starts, targets).tolist()
     return [0, *cuts, len(starts) - 1]

@@ -82,7 +82,7 @@ class Tier(ABC):
     #: whether :meth:`check_reads` must see the chunks before a native read
     checks_reads: bool = False
 
-    def check_reads(self, segments: np.ndarray, offsets: np.ndarray, nbytes: np.ndarray) -> None:  # noqa: B027
+    def check_reads(self, segments: np.ndarray, offsets: np.ndarray) -> None:  # noqa: B027
         """Validate chunks about to be read natively (a file tier checks their CRC32 once)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook

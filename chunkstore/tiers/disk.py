@@ -95,8 +95,8 @@ class SegmentFile:
             return
         if _MADV_DONTNEED is not None:
             mm.madvise(_MADV_DONTNEED)
-        # else (no madvise): keep the mapping. Unmapping it would leave the native read
-        # path's cached address dangling; the kernel reclaims clean file pages under pressure.
+        # else (no madvise): keep the mapping. Unmapping it would invalidate the views that
+        # get() handed out; the kernel reclaims clean file pages under pressure.
 
     def close(self, unlink: bool = True) -> None:
         self._array = None
