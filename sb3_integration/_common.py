@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from chunkstore import get_codec
 from chunkstore.array import DEFAULT_CACHE_BYTES as CORE_CACHE_BYTES
@@ -34,7 +35,9 @@ __all__ = [
     "coerce_obs",
     "lossless_cast",
     "pack_array",
+    "same_rows",
     "stack_axis_order",
+    "subspaces",
     "unpack_array",
 ]
 
@@ -91,6 +94,18 @@ class StoreOptions:
                                     or threads < 1):
             raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
         return cls(method, int(length), int(cache_bytes), tier, None if threads is None else int(threads))
+
+
+def subspaces(space: spaces.Space) -> dict[Any, spaces.Space]:
+    """A buffer's observation keys and their spaces (``None`` for a non-Dict space)."""
+    if isinstance(space, spaces.Dict):
+        return dict(space.spaces)
+    return {None: space}
+
+
+def same_rows(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two index arrays with the same entries (SB3 passes the same arrays to each read of a batch)."""
+    return a is b or (a.shape == b.shape and np.array_equal(a, b))
 
 
 Reader = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore import ChunkedArray
-from sb3_integration._common import ObservationView
+from sb3_integration._common import ObservationView, same_rows
 
 __all__ = ["COLUMNS_CHUNK_LEN", "COLUMNS_CODEC", "Columns"]
 
@@ -96,7 +96,7 @@ class Columns:
 
     def _read(self, name: str, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
         batch = self._batch
-        if batch is None or batch[0].shape != rows.shape or not np.array_equal(batch[0], rows):
+        if batch is None or not same_rows(batch[0], rows):
             batch = self._batch = (rows.copy(), self.records.take(rows))
         return batch[1][name][np.arange(len(rows)), envs]
 

@@ -68,7 +68,6 @@ from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from sb3_integration._common import pack_array, unpack_array
 from sb3_integration.stacking import (
-    MAX_DEPTH,
     StackLayout,
     bitwise_comparable,
     detect_layout,
@@ -80,7 +79,6 @@ from sb3_integration.stacking import (
 __all__ = [
     "DETECT_MAX_PUTS",
     "FAR",
-    "MAX_DEPTH",
     "NEXT",
     "OBS",
     "UNWRITTEN",
@@ -329,7 +327,7 @@ class FrameStore:
                     self._append(e, lay.frames(xe, k - 1))
                     self._remember(which, row, e, xe, max(int(self.last_pad[e]) - 1, 0))
                     continue
-            xs = lay.split(x[e:e + 1])[0]
+            xs = lay.frames(xe, 0)
             pad = 0
             while pad < k and is_zero(xs[pad]):
                 pad += 1

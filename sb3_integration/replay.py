@@ -24,6 +24,7 @@ once, and keeps the terminal observations that ``optimize_memory_usage`` loses.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -51,7 +52,9 @@ from sb3_integration._common import (
     StoreOptions,
     coerce_obs,
     pack_array,
+    same_rows,
     stack_axis_order,
+    subspaces,
     unpack_array,
 )
 from sb3_integration.columns import Columns
@@ -73,11 +76,6 @@ _SMALL_ARRAYS = ("actions", "rewards", "dones", "timeouts")
 #: it they are a few MB, and reading them raw keeps a sample cheaper
 COMPRESS_SMALL_FROM = 1_000_000
 B = TypeVar("B", bound="_CompressedReplayMixin")
-
-
-def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
-    # SB3 passes the very same batch_inds / env_indices arrays to each read of a sample
-    return a is b or (a.shape == b.shape and np.array_equal(a, b))
 
 
 class _CompressedReplayMixin(ClosableBuffer):
@@ -133,7 +131,7 @@ class _CompressedReplayMixin(ClosableBuffer):
                 axis_order=stack_axis_order(sub),
                 name="observations" if key is None else f"observations[{key}]",
             )
-            for key, sub in self._subspaces().items()
+            for key, sub in subspaces(self.observation_space).items()
         }
         self._plan: list[tuple[int, np.ndarray]] | None = None
         self._memo: dict[Any, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
@@ -154,11 +152,6 @@ class _CompressedReplayMixin(ClosableBuffer):
         else:
             for name, (dtype, shape) in self._small_fields().items():
                 setattr(self, name, np.zeros((self.buffer_size, self.n_envs, *shape), dtype=dtype))
-
-    def _subspaces(self) -> dict[Any, spaces.Space]:
-        if isinstance(self.observation_space, spaces.Dict):
-            return dict(self.observation_space.spaces)
-        return {None: self.observation_space}
 
     def _key_shape(self, key: Any) -> tuple[int, ...]:
         shape = self.obs_shape if key is None else self.obs_shape[key]  # type: ignore[attr-defined]
@@ -191,7 +184,7 @@ class _CompressedReplayMixin(ClosableBuffer):
         if not isinstance(obs, dict):
             raise ValueError(f"{name}: expected a dict with keys {list(self._stores)}, got {type(obs).__name__}")
         out = {}
-        for key, sub in self._subspaces().items():
+        for key, sub in subspaces(self.observation_space).items():
             if key not in obs:
                 raise ValueError(f"{name}: missing key {key!r}")
             fs = self._stores[key]
@@ -288,13 +281,13 @@ class _CompressedReplayMixin(ClosableBuffer):
         memo = self._memo.get(key)
         if memo is None:  # first read of this key in this batch: fetch the whole plan with it
             reqs = [(which, rows)] + [(w, r) for w, r in self._plan
-                                      if not (w == which and _same_rows(r, rows))]
+                                      if not (w == which and same_rows(r, rows))]
             outs = store.gather([self._remap(w, r) for w, r in reqs], envs)
             self._memo[key] = [(w, r, envs, o) for (w, r), o in zip(reqs[1:], outs[1:], strict=True)]
             self._owned.update((id(o), o) for o in outs)
             return outs[0]
         for i, (w, r, e, o) in enumerate(memo):
-            if w == which and _same_rows(r, rows) and _same_rows(e, envs):
+            if w == which and same_rows(r, rows) and same_rows(e, envs):
                 del memo[i]
                 return o
         out = store.gather([self._remap(which, rows)], envs)[0]
@@ -478,6 +471,9 @@ class _CompressedReplayMixin(ClosableBuffer):
         state = self.__dict__.copy()
         for name in ("observations", "next_observations", "_plan", "_memo", "_owned"):
             state.pop(name, None)
+        # a pickled buffer loads into RAM (FrameStore drops its tier too): no tier, which may
+        # hold locks, open files or a lambda, goes into the pickle
+        state["store_options"] = dataclasses.replace(self.store_options, tier=None)
         for name in _SMALL_ARRAYS:
             if self._columns is not None:
                 state.pop(name, None)  # views: rebuilt from the columns

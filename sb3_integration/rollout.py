@@ -36,7 +36,13 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import get_codec
 from sb3_integration._closing import ClosableBuffer
-from sb3_integration._common import ObservationView, StoreOptions, coerce_obs, stack_axis_order
+from sb3_integration._common import (
+    ObservationView,
+    StoreOptions,
+    coerce_obs,
+    stack_axis_order,
+    subspaces,
+)
 from sb3_integration.frames import OBS, FrameStore
 
 __all__ = ["DEFAULT_ROLLOUT_COMPRESSION", "CompressedDictRolloutBuffer", "CompressedRolloutBuffer"]
@@ -71,11 +77,6 @@ class _CompressedRolloutMixin(ClosableBuffer):
         self.frame_dedup = bool(dedup)
         self._stores = {}
 
-    def _subspaces(self) -> dict[Any, spaces.Space]:
-        if isinstance(self.observation_space, spaces.Dict):
-            return dict(self.observation_space.spaces)
-        return {None: self.observation_space}
-
     def _make_stores(self) -> None:
         opt = self.store_options
         self._stores = {
@@ -85,7 +86,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
                 dedup=self.frame_dedup, axis_order=stack_axis_order(sub),
                 name="observations" if key is None else f"observations[{key}]",
             )
-            for key, sub in self._subspaces().items()
+            for key, sub in subspaces(self.observation_space).items()
         }
 
     def _make_views(self) -> None:
@@ -112,7 +113,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
         if self.pos >= self.buffer_size:
             raise IndexError(f"the rollout buffer holds {self.buffer_size} steps and is full; call reset()")
         out = {}
-        for key, sub in self._subspaces().items():
+        for key, sub in subspaces(self.observation_space).items():
             if key is not None and (not isinstance(obs, dict) or key not in obs):
                 raise ValueError(f"observation dict lacks key {key!r}")
             x = obs if key is None else obs[key]

@@ -148,6 +148,18 @@ def test_round_trip_and_continue(kind, n_envs, fill, lazy, tmp_path):
     assert_same([ref, ours, loaded], seeds=(100, 101))
 
 
+@pytest.mark.parametrize("tier", ["instance", "factory"])
+def test_buffer_built_on_a_tier_pickles_into_ram(tier):
+    """SB3's save_replay_buffer pickles the buffer: a tier (locks, files, a lambda) stays out."""
+    from chunkstore import MemoryTier
+
+    given = MemoryTier() if tier == "instance" else (lambda: MemoryTier())
+    ref, ours, _ = filled("replay", 2, 47, tier=given)
+    back = pickle.loads(pickle.dumps(ours))
+    assert back.store_options.tier is None
+    assert_same([ref, ours, back])
+
+
 def test_loaded_buffer_pickles_and_resaves_over_its_own_file(tmp_path):
     ref, ours, more = filled("replay", 2, 47)
     path = tmp_path / "buffer.h5"
