@@ -100,6 +100,21 @@ class _CompressedRolloutMixin(ClosableBuffer):
     def _read(self, key: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
         return self._stores[key].gather([(OBS, rows)], envs)[0]
 
+    def reset(self) -> None:
+        self._reset_observations()
+        _reset_fields(self)
+
+    def add(self, obs: Any, action: np.ndarray, reward: np.ndarray, episode_start: np.ndarray,
+            value: th.Tensor, log_prob: th.Tensor) -> None:
+        """SB3's ``add`` (an array, or a dict of them for a Dict space); everything is checked
+        before anything is written."""
+        checked = self._check_all(obs)
+        fields = _check_fields(self, action, reward, episode_start, value, log_prob)
+        _write_fields(self, fields)
+        for key, fs in self._stores.items():
+            fs.put(OBS, self.pos, checked[key])
+        _advance(self)
+
     def _reset_observations(self) -> None:
         if not self._stores:
             self._make_stores()
@@ -190,7 +205,8 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
     frame_dedup
         Share the frames of stacked observations (True) or store whole observations.
     threads
-        Threads that share one batch's chunks (default 1).
+        Threads that share one batch's chunks (default ``chunkstore.array.DEFAULT_THREADS``: 2,
+        or 1 on one core).
 
     Examples
     --------
@@ -222,18 +238,6 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
             raise TypeError("a Dict observation space needs CompressedDictRolloutBuffer")
         self._init_options(compression_method, chunk_len, frame_dedup, threads)
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
-
-    def reset(self) -> None:
-        self._reset_observations()
-        _reset_fields(self)
-
-    def add(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, episode_start: np.ndarray,
-            value: th.Tensor, log_prob: th.Tensor) -> None:
-        checked = self._check_all(obs)
-        fields = _check_fields(self, action, reward, episode_start, value, log_prob)
-        _write_fields(self, fields)
-        self._stores[None].put(OBS, self.pos, checked[None])
-        _advance(self)
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> RolloutBufferSamples:
         return RolloutBufferSamples(self._obs_tensor(self.observations[batch_inds]),  # type: ignore[index]
@@ -277,19 +281,6 @@ class CompressedDictRolloutBuffer(_CompressedRolloutMixin, DictRolloutBuffer):
                             "use CompressedRolloutBuffer for other spaces")
         self._init_options(compression_method, chunk_len, frame_dedup, threads)
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
-
-    def reset(self) -> None:
-        self._reset_observations()
-        _reset_fields(self)
-
-    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, reward: np.ndarray,  # type: ignore[override]
-            episode_start: np.ndarray, value: th.Tensor, log_prob: th.Tensor) -> None:
-        checked = self._check_all(obs)
-        fields = _check_fields(self, action, reward, episode_start, value, log_prob)
-        _write_fields(self, fields)
-        for key, fs in self._stores.items():
-            fs.put(OBS, self.pos, checked[key])
-        _advance(self)
 
     def _get_samples(self, batch_inds: np.ndarray,  # type: ignore[override]
                      env: VecNormalize | None = None) -> DictRolloutBufferSamples:
