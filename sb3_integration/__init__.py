@@ -5,21 +5,22 @@ The buffers behave exactly like SB3's (same samples for the same seed, same
 dtypes, ndarray-like ``observations``, pickling) and store each distinct frame
 once, in compressed chunks.
 
-The replay and rollout classes exported here also take sb3-extra-buffers'
-arguments and codec names (:mod:`sb3_integration.compat`), so migrating from
-``sb3_extra_buffers.compressed`` is one import line; :mod:`sb3_integration.convert`
-brings existing sb3-extra-buffers pickles over. :class:`CompressedHerReplayBuffer`
-is SB3's ``HerReplayBuffer``, compressed.
+Every buffer also takes sb3-extra-buffers' arguments and codec names
+(:mod:`sb3_integration.extra_buffers`), and its helper names live in
+:mod:`sb3_integration.compat`, so migrating from ``sb3_extra_buffers.compressed`` is
+one import line; :mod:`sb3_integration.convert` brings existing sb3-extra-buffers
+pickles over. :class:`CompressedHerReplayBuffer` is SB3's ``HerReplayBuffer``, compressed.
+
+Where each buffer lives: :mod:`sb3_integration.replay` (``CompressedReplayBuffer``,
+``CompressedDictReplayBuffer``, ``CompressedNStepReplayBuffer``),
+:mod:`sb3_integration.her`, :mod:`sb3_integration.rollout` (``CompressedRolloutBuffer``,
+``CompressedDictRolloutBuffer``), :mod:`sb3_integration.compat` (``GpuReplayBuffer``,
+``GpuRolloutBuffer``).
 """
 
 from sb3_integration._common import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
 from sb3_integration.compat import (
-    CodecFallbackWarning,
     CompressedArray,
-    CompressedDictReplayBuffer,
-    CompressedDictRolloutBuffer,
-    CompressedReplayBuffer,
-    CompressedRolloutBuffer,
     DummyCls,
     GpuReplayBuffer,
     GpuRolloutBuffer,
@@ -32,9 +33,15 @@ from sb3_integration.compat import (
     numpy_dtype_to_torch,
 )
 from sb3_integration.convert import from_sb3_extra_buffers, load_replay_buffer
+from sb3_integration.extra_buffers import CodecFallbackWarning
 from sb3_integration.frames import FrameStore, StackLayout
 from sb3_integration.her import CompressedHerReplayBuffer
-from sb3_integration.replay import CompressedNStepReplayBuffer
+from sb3_integration.replay import (
+    CompressedDictReplayBuffer,
+    CompressedNStepReplayBuffer,
+    CompressedReplayBuffer,
+)
+from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
 
 __all__ = [
     "DEFAULT_CHUNK_LEN",

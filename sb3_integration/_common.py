@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_CHUNK_LEN",
     "DEFAULT_COMPRESSION",
     "PRESETS",
+    "STORE_OPTIONS",
     "ObservationView",
     "StoreOptions",
     "coerce_obs",
@@ -94,6 +95,31 @@ class StoreOptions:
                                     or threads < 1):
             raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
         return cls(method, int(length), int(cache_bytes), tier, None if threads is None else int(threads))
+
+    @classmethod
+    def from_kwargs(cls, compression_method: Any, kwargs: dict[str, Any],
+                    defaults: dict[str, Any] | None = None) -> tuple[StoreOptions, bool, str]:
+        """The replay buffers' keyword-only store options: ``(options, frame_dedup, small_arrays)``.
+
+        ``kwargs`` may hold :data:`STORE_OPTIONS` only (a TypeError names any other, as
+        Python does for an unexpected keyword); ``defaults`` replaces their defaults.
+        """
+        unknown = sorted(set(kwargs) - set(STORE_OPTIONS))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) {unknown}; the store options are "
+                            f"{list(STORE_OPTIONS)} (sb3-extra-buffers' arguments are named "
+                            "dtypes, normalize_images, compression_method, compression_kwargs, "
+                            "decompression_kwargs, output_dtype)")
+        opt = {**STORE_OPTIONS, **(defaults or {}), **kwargs}
+        options = cls.resolve(preset=opt["preset"], compression_method=compression_method,
+                              chunk_len=opt["chunk_len"], cache_bytes=opt["cache_bytes"], tier=opt["tier"],
+                              threads=opt["threads"])
+        return options, bool(opt["frame_dedup"]), opt["small_arrays"]
+
+
+#: the keyword-only store options of the buffers, with their defaults
+STORE_OPTIONS: dict[str, Any] = {"preset": None, "chunk_len": None, "cache_bytes": DEFAULT_CACHE_BYTES,
+                                 "tier": None, "frame_dedup": True, "threads": None, "small_arrays": "auto"}
 
 
 def subspaces(space: spaces.Space) -> dict[Any, spaces.Space]:

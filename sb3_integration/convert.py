@@ -83,25 +83,17 @@ def _check_source(src: Any) -> None:
 
 
 def _default_class(src: Any) -> type:
-    from sb3_integration.compat import CompressedDictReplayBuffer, CompressedReplayBuffer
+    from sb3_integration.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
 
     return CompressedDictReplayBuffer if isinstance(src.observation_space, spaces.Dict) else CompressedReplayBuffer
 
 
-def _source_options(src: Any, cls: type) -> dict[str, Any]:
-    """sb3-extra-buffers' sampling options (they change what samples look like), for ``cls``."""
-    from sb3_integration.compat import _ExtraBuffersOptions
-
+def _source_options(src: Any) -> dict[str, Any]:
+    """sb3-extra-buffers' sampling options (they change what samples look like)."""
     if not _is_sb3eb(src):
         return {}
-    options = {"normalize_images": bool(getattr(src, "normalize_images", False)),
-               "output_dtype": "raw" if getattr(src, "output_dtype", None) is None else "float"}
-    if issubclass(cls, _ExtraBuffersOptions):
-        return options
-    if options != {"normalize_images": False, "output_dtype": "raw"}:
-        raise TypeError(f"{cls.__name__} cannot sample as the source does ({options}); convert into "
-                        "CompressedReplayBuffer or CompressedDictReplayBuffer")
-    return {}
+    return {"normalize_images": bool(getattr(src, "normalize_images", False)),
+            "output_dtype": "raw" if getattr(src, "output_dtype", None) is None else "float"}
 
 
 # -- the conversion -------------------------------------------------------------------
@@ -151,7 +143,7 @@ def from_sb3_extra_buffers(source: Any, *, buffer_class: type | None = None, dev
     if isinstance(src.observation_space, spaces.Dict) != issubclass(cls, DictReplayBuffer):
         raise TypeError(f"{cls.__name__} does not fit a {type(src).__name__} "
                         f"({'a Dict' if isinstance(src.observation_space, spaces.Dict) else 'a non-Dict'} space)")
-    options = {**_source_options(src, cls), **kwargs}
+    options = {**_source_options(src), **kwargs}
     dst = cls(src.buffer_size * src.n_envs, src.observation_space, src.action_space,
               device=src.device if device is None else device, n_envs=src.n_envs,
               optimize_memory_usage=src.optimize_memory_usage,
@@ -209,10 +201,16 @@ def load_replay_buffer(model: Any, path: str | os.PathLike[str], truncate_last_t
     >>> type(model.replay_buffer).__name__                                           # doctest: +SKIP
     'CompressedReplayBuffer'
     """
-    from sb3_integration.replay import _CompressedReplayMixin
+    from sb3_integration.her import CompressedHerReplayBuffer
+    from sb3_integration.replay import (
+        CompressedDictReplayBuffer,
+        CompressedNStepReplayBuffer,
+        CompressedReplayBuffer,
+    )
 
     cls = model.replay_buffer_class
-    ours = isinstance(cls, type) and issubclass(cls, _CompressedReplayMixin)
+    ours = isinstance(cls, type) and issubclass(cls, (CompressedReplayBuffer, CompressedDictReplayBuffer,
+                                                       CompressedNStepReplayBuffer, CompressedHerReplayBuffer))
     if _is_hdf5(path):
         if not ours:
             raise TypeError(f"{os.fspath(path)} is an HDF5 buffer file; build the model with one of "

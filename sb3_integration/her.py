@@ -39,13 +39,15 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.her.goal_selection_strategy import GoalSelectionStrategy
 
 from chunkstore import FormatError, Tier
+from sb3_integration.errors import SpaceMismatchError
+from sb3_integration.extra_buffers import convert_samples
 from sb3_integration.replay import CompressedDictReplayBuffer, _CompressedReplayMixin
 
 __all__ = ["CompressedHerReplayBuffer", "decode_infos", "encode_infos"]
 
 
 class _HerStorage(CompressedDictReplayBuffer):
-    """The compressed Dict storage under HER: takes HER's ``super().__init__`` call, adds the store options."""
+    """The compressed Dict storage under HER: takes HER's ``super().__init__`` call, adds the options."""
 
     _store_options: dict[str, Any]
 
@@ -65,10 +67,12 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
     buffer_size, observation_space, action_space, env, device, n_envs, optimize_memory_usage, handle_timeout_termination, n_sampled_goal, goal_selection_strategy, copy_info_dict
         As in SB3's ``HerReplayBuffer``. ``env`` may be None here (set it later
         with ``set_env``, as after unpickling); SB3's off-policy algorithms pass it.
-    **store_options
-        Keyword-only store options, as in :class:`~sb3_integration.CompressedReplayBuffer`
-        (``compression_method``, ``chunk_len``, ``preset``, ``cache_bytes``, ``tier``,
-        ``frame_dedup``, ``threads``, ``small_arrays``).
+    **options
+        Keywords: sb3-extra-buffers' arguments (``dtypes``, ``normalize_images``,
+        ``compression_method``, ``compression_kwargs``, ``decompression_kwargs``,
+        ``output_dtype``) and the store options, as in
+        :class:`~sb3_integration.CompressedReplayBuffer` (``chunk_len``, ``preset``,
+        ``cache_bytes``, ``tier``, ``frame_dedup``, ``threads``, ``small_arrays``).
 
     Examples
     --------
@@ -86,14 +90,21 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
                  env: VecEnv | None = None, device: th.device | str = "auto", n_envs: int = 1,
                  optimize_memory_usage: bool = False, handle_timeout_termination: bool = True,
                  n_sampled_goal: int = 4, goal_selection_strategy: GoalSelectionStrategy | str = "future",
-                 copy_info_dict: bool = False, **store_options: Any) -> None:
+                 copy_info_dict: bool = False, **options: Any) -> None:
         if not isinstance(observation_space, spaces.Dict):
-            raise TypeError("CompressedHerReplayBuffer needs a goal-conditioned Dict observation space "
-                            f"(observation, achieved_goal, desired_goal), got {type(observation_space).__name__}")
-        self._store_options = store_options  # compression_method, chunk_len, preset, tier, ...
+            raise SpaceMismatchError(
+                "DictReplayBuffer must be used with Dict obs space only (CompressedHerReplayBuffer needs "
+                "a goal-conditioned Dict observation space: observation, achieved_goal, desired_goal; "
+                f"got {type(observation_space).__name__})")
+        self._store_options = options  # sb3-extra-buffers' arguments and store options, for _HerStorage
         super().__init__(buffer_size, observation_space, action_space, env, device, n_envs,  # type: ignore[arg-type]
                          optimize_memory_usage, handle_timeout_termination, n_sampled_goal,
                          goal_selection_strategy, copy_info_dict)
+
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:  # type: ignore[override]
+        """SB3's HER sample (real and relabelled halves), observations converted as sb3-extra-buffers'."""
+        samples = super().sample(batch_size, env)
+        return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
 
     # -- sampling: SB3's code; each half of the batch reads its obs and next obs in one pass --
     @contextmanager

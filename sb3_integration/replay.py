@@ -42,7 +42,7 @@ from stable_baselines3.common.buffers import (
 )
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore import ChunkstoreError, FormatError, LRUChunkCache, Tier, get_codec
+from chunkstore import ChunkstoreError, Codec, FormatError, LRUChunkCache, Tier, get_codec
 from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     DEFAULT_CACHE_BYTES,
@@ -58,6 +58,13 @@ from sb3_integration._common import (
     unpack_array,
 )
 from sb3_integration.columns import Columns
+from sb3_integration.errors import SpaceMismatchError
+from sb3_integration.extra_buffers import (
+    convert_samples,
+    describe,
+    extra_buffers_args_of,
+    parse_extra_buffers_args,
+)
 from sb3_integration.frames import NEXT, OBS, FrameStore
 from sb3_integration.persistence import ReplayState, read_replay, write_replay
 from sb3_integration.spaces import space_from_dict, space_to_dict
@@ -76,6 +83,8 @@ _SMALL_ARRAYS = ("actions", "rewards", "dones", "timeouts")
 #: it they are a few MB, and reading them raw keeps a sample cheaper
 COMPRESS_SMALL_FROM = 1_000_000
 B = TypeVar("B", bound="_CompressedReplayMixin")
+#: attributes set by sb3-extra-buffers' arguments that 0.1.0 pickles of n-step and HER buffers lack
+_LEGACY_DEFAULTS = {"normalize_images": False, "output_dtype": None}
 
 
 class _CompressedReplayMixin(ClosableBuffer):
@@ -100,11 +109,52 @@ class _CompressedReplayMixin(ClosableBuffer):
     timeouts: np.ndarray
 
     # -- construction ----------------------------------------------------------------
-    def _init_base(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
-                   device: th.device | str, n_envs: int) -> None:
-        # SB3's __init__ would allocate full observation arrays first; only BaseBuffer's runs
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        dtypes: Any = None,
+        normalize_images: bool = False,
+        compression_method: str | Codec | None = None,
+        compression_kwargs: dict[str, Any] | None = None,
+        decompression_kwargs: dict[str, Any] | None = None,
+        output_dtype: str = "raw",
+        **store_options: Any,
+    ) -> None:
+        """SB3's arguments, then sb3-extra-buffers' (in its positional order), then store options.
+
+        The one constructor of every compressed replay buffer: the SB3 class's own
+        checks (:data:`_SB3_CHECKS`) run here, after ``BaseBuffer.__init__``, as
+        SB3's constructors run them; SB3's allocation of full-size arrays does not.
+        """
+        extra = parse_extra_buffers_args(
+            observation_space, dtypes=dtypes, normalize_images=normalize_images,
+            compression_method=compression_method, compression_kwargs=compression_kwargs,
+            decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
+        options, frame_dedup, small_arrays = StoreOptions.from_kwargs(extra.compression_method, store_options)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
+        for check in _sb3_checks(type(self)):
+            check(self, optimize_memory_usage, handle_timeout_termination)
         self.buffer_size = max(buffer_size // n_envs, 1)
+        self.optimize_memory_usage = optimize_memory_usage
+        describe(self, extra, observation_space)
+        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
+                           frame_dedup=frame_dedup, small_arrays=small_arrays)
+
+    @classmethod
+    def from_sb3_extra_buffers(cls: type[B], source: Any, **kwargs: Any) -> B:
+        """This class, filled from an sb3-extra-buffers or SB3 replay buffer or its pickle.
+
+        See :func:`sb3_integration.convert.from_sb3_extra_buffers` (``buffer_class=cls``).
+        """
+        from sb3_integration.convert import from_sb3_extra_buffers
+
+        return from_sb3_extra_buffers(source, buffer_class=cls, **kwargs)  # type: ignore[no-any-return]
 
     def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
                       frame_dedup: bool, small_arrays: str = "auto") -> None:
@@ -259,11 +309,12 @@ class _CompressedReplayMixin(ClosableBuffer):
         if self._columns is not None:
             self._columns.begin_batch()
         try:
-            return super()._get_samples(batch_inds, env=env)  # type: ignore[misc]
+            samples = super()._get_samples(batch_inds, env=env)  # type: ignore[misc]
         finally:
             self._plan, self._memo, self._owned = None, {}, {}
             if self._columns is not None:
                 self._columns.end_batch()
+        return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
 
     def _remap(self, which: int, rows: np.ndarray) -> tuple[Any, np.ndarray]:
         """SB3 with ``optimize_memory_usage`` holds the latest next obs in ``observations[pos]``."""
@@ -348,6 +399,7 @@ class _CompressedReplayMixin(ClosableBuffer):
         }
         if hasattr(self, "n_steps"):
             arguments.update(n_steps=self.n_steps, gamma=self.gamma)  # type: ignore[attr-defined]
+        arguments.update(extra_buffers_args_of(self).saved())
         kwargs, extra_arrays = self._extra_file_state()
         arguments.update(kwargs)
         arrays = {} if self._columns is not None else {name: getattr(self, name) for name in _SMALL_ARRAYS}
@@ -482,6 +534,8 @@ class _CompressedReplayMixin(ClosableBuffer):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, default in _LEGACY_DEFAULTS.items():  # pickles of 0.1.0's internal classes lack them
+            state.setdefault(name, default)
         if state.get("_columns") is None:
             for name in _SMALL_ARRAYS:
                 state[name] = unpack_array(state[name])
@@ -496,164 +550,114 @@ class _CompressedReplayMixin(ClosableBuffer):
         self._make_views()
 
 
+# -- SB3's constructor checks, written once -------------------------------------------------
+def _check_replay(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
+    """``ReplayBuffer.__init__``'s check, and the failure its allocation would hit on a Dict space."""
+    if optimize_memory_usage and handle_timeout_termination:
+        raise ValueError(
+            "ReplayBuffer does not support optimize_memory_usage = True "
+            "and handle_timeout_termination = True simultaneously."
+        )
+    if isinstance(buf.obs_shape, dict):
+        raise TypeError(f"{type(buf).__name__} got a Dict observation space; use CompressedDictReplayBuffer "
+                        "(SB3's DictReplayBuffer), or CompressedHerReplayBuffer for goal-conditioned envs")
+
+
+def _check_dict(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
+    """``DictReplayBuffer.__init__``'s assertions, in its order."""
+    if not isinstance(buf.obs_shape, dict):
+        raise SpaceMismatchError("DictReplayBuffer must be used with Dict obs space only "
+                                 f"({type(buf).__name__} got a {type(buf.observation_space).__name__} space; "
+                                 "use CompressedReplayBuffer)")
+    assert not optimize_memory_usage, "DictReplayBuffer does not support optimize_memory_usage"
+
+
+def _check_nstep(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
+    if optimize_memory_usage:
+        raise NotImplementedError("NStepReplayBuffer doesn't support optimize_memory_usage=True")
+
+
+#: per SB3 class, the checks its constructor makes (NStepReplayBuffer runs ReplayBuffer's first)
+_SB3_CHECKS: dict[type, tuple[Callable[[Any, bool, bool], None], ...]] = {
+    NStepReplayBuffer: (_check_replay, _check_nstep),
+    DictReplayBuffer: (_check_dict,),
+    ReplayBuffer: (_check_replay,),
+}
+
+
+def _sb3_checks(cls: type) -> tuple[Callable[[Any, bool, bool], None], ...]:
+    """The checks of the most derived SB3 replay class ``cls`` extends."""
+    return next(_SB3_CHECKS[c] for c in cls.__mro__ if c in _SB3_CHECKS)
+
+
+# -- the buffers ---------------------------------------------------------------------------
 class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
     """SB3's ``ReplayBuffer`` with observations in compressed chunks, each distinct frame once.
 
     Parameters
     ----------
     buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage, handle_timeout_termination
-        As in SB3's ``ReplayBuffer`` (same checks).
-    compression_method
-        Codec name in sb3-extra-buffers' grammar (``"zstd3"``, ``"lz4-block"``,
-        ``"zstd-1"`` is zstd level -1, ...) or a :class:`~chunkstore.Codec`
-        (default: the preset's, ``"zstd3+dict"``).
-    dtypes
-        Accepted for sb3-extra-buffers compatibility and ignored: observations
-        are always stored losslessly in the space's dtype.
-    chunk_len
-        Frames per compressed chunk (default: the preset's).
-    cache_bytes
-        Budget of the decoded-chunk cache shared by all observation keys (0: none).
-    tier
-        Where compressed chunks live: a :class:`~chunkstore.Tier`, a factory
-        returning one, or None for RAM. A pickled buffer loads into RAM.
-    frame_dedup
-        False stores every observation whole (no frame sharing), for comparison.
-    preset
-        ``"fast"`` (default: chunk_len 4, ``zstd3+dict``) or ``"compact"``
-        (chunk_len 32: smaller, slower to sample); explicit arguments win.
-    threads
-        Threads that share the chunks of one sample (default 1; more helps only
-        with idle cores).
-    small_arrays
-        Where SB3's actions, rewards, dones and timeouts live: ``"raw"`` (SB3's
-        arrays), ``"compressed"`` (chunks of rows, ~3 B a transition instead of ~20;
-        each sample decodes one small chunk per row), or ``"auto"`` (default:
-        compressed from 1M transitions on).
+        As in SB3's ``ReplayBuffer`` (same checks, same errors).
+    dtypes, normalize_images, compression_method, compression_kwargs, decompression_kwargs, output_dtype
+        sb3-extra-buffers' arguments, in its positional order (see
+        :mod:`sb3_integration.extra_buffers`). ``compression_method`` is a codec name in
+        its grammar (``"zstd3"``, ``"lz4-block"``, ``"zstd-1"`` is zstd level -1, ...) or a
+        :class:`~chunkstore.Codec` (default: the preset's, ``"zstd3+dict"``); ``dtypes`` is
+        informational (observations are always stored losslessly in the space's dtype).
+    **store_options
+        Keyword-only (:class:`~sb3_integration._common.StoreOptions`): ``preset``
+        (``"fast"``, the default: chunk_len 4, ``zstd3+dict``; or ``"compact"``: chunk_len 32,
+        smaller and slower to sample; explicit arguments win), ``chunk_len`` (frames per
+        chunk), ``cache_bytes`` (decoded-chunk cache shared by all keys; 0: none), ``tier``
+        (where chunks live: a :class:`~chunkstore.Tier`, a factory returning one, or None for
+        RAM; a pickled buffer loads into RAM), ``frame_dedup`` (False stores every observation
+        whole), ``threads`` (threads sharing the chunks of one sample; default
+        ``chunkstore.array.DEFAULT_THREADS``), ``small_arrays`` (``"raw"``: SB3's arrays,
+        ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on).
 
     Examples
     --------
     >>> from stable_baselines3 import DQN
     >>> model = DQN("CnnPolicy", env, replay_buffer_class=CompressedReplayBuffer,
     ...             replay_buffer_kwargs={"compression_method": "zstd3"})  # doctest: +SKIP
+    >>> from gymnasium import spaces
+    >>> buf = CompressedReplayBuffer(1000, spaces.Box(0, 255, (4, 84, 84), np.uint8),
+    ...                              spaces.Discrete(6), "cpu", compression_method="zstd-3")
+    >>> buf.compression_method, int(buf.flatten_len), buf.normalize_images
+    ('zstd/-3', 28224, False)
     """
-
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        *,
-        compression_method: str | Any = None,
-        dtypes: Any = None,
-        chunk_len: int | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
-        tier: Tier | Callable[[], Tier] | None = None,
-        frame_dedup: bool = True,
-        preset: str | None = None,
-        threads: int | None = None,
-        small_arrays: str = "auto",
-    ) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise TypeError(f"{type(self).__name__} got a Dict observation space; use "
-                            "CompressedDictReplayBuffer (SB3's DictReplayBuffer), or "
-                            "CompressedHerReplayBuffer for goal-conditioned envs")
-        options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
-                                       chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
-                                       threads=threads)
-        self._init_base(buffer_size, observation_space, action_space, device, n_envs)
-        if optimize_memory_usage and handle_timeout_termination:
-            raise ValueError(
-                "ReplayBuffer does not support optimize_memory_usage = True "
-                "and handle_timeout_termination = True simultaneously."
-            )
-        self.optimize_memory_usage = optimize_memory_usage
-        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           frame_dedup=frame_dedup, small_arrays=small_arrays)
 
 
 class CompressedDictReplayBuffer(_CompressedReplayMixin, DictReplayBuffer):
-    """SB3's ``DictReplayBuffer``, compressed: one frame store per key (see :class:`CompressedReplayBuffer`)."""
+    """SB3's ``DictReplayBuffer``, compressed: one frame store per key (arguments as :class:`CompressedReplayBuffer`).
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Dict,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        *,
-        compression_method: str | Any = None,
-        dtypes: Any = None,
-        chunk_len: int | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
-        tier: Tier | Callable[[], Tier] | None = None,
-        frame_dedup: bool = True,
-        preset: str | None = None,
-        threads: int | None = None,
-        small_arrays: str = "auto",
-    ) -> None:
-        options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
-                                       chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
-                                       threads=threads)
-        self._init_base(buffer_size, observation_space, action_space, device, n_envs)
-        assert isinstance(self.obs_shape, dict), "DictReplayBuffer must be used with Dict obs space only"
-        assert not optimize_memory_usage, "DictReplayBuffer does not support optimize_memory_usage"
-        self.optimize_memory_usage = optimize_memory_usage
-        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           frame_dedup=frame_dedup, small_arrays=small_arrays)
+    Examples
+    --------
+    >>> from gymnasium import spaces
+    >>> space = spaces.Dict({"image": spaces.Box(0, 255, (2, 2), np.uint8),
+    ...                      "vector": spaces.Box(0, 255, (3,), np.uint8)})
+    >>> buf = CompressedDictReplayBuffer(6, space, spaces.Discrete(2), "cpu", n_envs=2,
+    ...                                  compression_method="rle")
+    >>> int(buf.flatten_configs["image"]["shape"])
+    4
+    """
 
 
 class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
     """SB3's ``NStepReplayBuffer`` (n-step returns at sampling time), compressed.
 
-    ``n_steps`` and ``gamma`` as in SB3; store options as in :class:`CompressedReplayBuffer`.
+    ``n_steps`` and ``gamma`` are keyword-only, as in SB3; sb3-extra-buffers' arguments
+    and the store options are keywords here (see :class:`CompressedReplayBuffer`).
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        *,
-        n_steps: int = 3,
-        gamma: float = 0.99,
-        compression_method: str | Any = None,
-        dtypes: Any = None,
-        chunk_len: int | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
-        tier: Tier | Callable[[], Tier] | None = None,
-        frame_dedup: bool = True,
-        preset: str | None = None,
-        threads: int | None = None,
-        small_arrays: str = "auto",
-    ) -> None:
-        options = StoreOptions.resolve(preset=preset, compression_method=compression_method,
-                                       chunk_len=chunk_len, cache_bytes=cache_bytes, tier=tier,
-                                       threads=threads)
-        self._init_base(buffer_size, observation_space, action_space, device, n_envs)
-        if optimize_memory_usage and handle_timeout_termination:
-            raise ValueError(
-                "ReplayBuffer does not support optimize_memory_usage = True "
-                "and handle_timeout_termination = True simultaneously."
-            )
-        self.optimize_memory_usage = optimize_memory_usage
+    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                 device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
+                 handle_timeout_termination: bool = True, *, n_steps: int = 3, gamma: float = 0.99,
+                 **options: Any) -> None:
         self.n_steps = n_steps
         self.gamma = gamma
-        if self.optimize_memory_usage:
-            raise NotImplementedError("NStepReplayBuffer doesn't support optimize_memory_usage=True")
-        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           frame_dedup=frame_dedup, small_arrays=small_arrays)
+        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+                         handle_timeout_termination, **options)
 
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
         # the next-obs rows depend on dones; SB3 reads them first, and the obs rows ride along

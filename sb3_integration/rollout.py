@@ -34,7 +34,7 @@ from stable_baselines3.common.preprocessing import get_obs_shape
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore import get_codec
+from chunkstore import Codec, get_codec
 from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     ObservationView,
@@ -43,6 +43,7 @@ from sb3_integration._common import (
     stack_axis_order,
     subspaces,
 )
+from sb3_integration.extra_buffers import convert_samples, describe, parse_extra_buffers_args
 from sb3_integration.frames import OBS, FrameStore
 
 __all__ = ["DEFAULT_ROLLOUT_COMPRESSION", "CompressedDictRolloutBuffer", "CompressedRolloutBuffer"]
@@ -64,18 +65,47 @@ class _CompressedRolloutMixin(ClosableBuffer):
     observation_space: spaces.Space
     _stores: dict[Any, FrameStore]
 
-    def _init_options(self, compression_method: Any, chunk_len: int | None, dedup: bool,
-                      threads: int | None) -> None:
-        self.store_options = StoreOptions.resolve(
-            preset=None,
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        gae_lambda: float = 1,
+        gamma: float = 0.99,
+        n_envs: int = 1,
+        dtypes: Any = None,
+        normalize_images: bool = False,
+        compression_method: str | Codec | None = None,
+        compression_kwargs: dict[str, Any] | None = None,
+        decompression_kwargs: dict[str, Any] | None = None,
+        *,
+        chunk_len: int | None = None,
+        frame_dedup: bool = True,
+        threads: int | None = None,
+    ) -> None:
+        """SB3's arguments, then sb3-extra-buffers' (its positional order), then store options.
+
+        SB3's own ``__init__`` runs (its checks, its ``reset``, which is ours).
+        """
+        if isinstance(observation_space, spaces.Dict) and not isinstance(self, DictRolloutBuffer):
+            raise TypeError(f"{type(self).__name__} got a Dict observation space; use "
+                            "CompressedDictRolloutBuffer (SB3's DictRolloutBuffer)")
+        extra = parse_extra_buffers_args(
+            observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=DEFAULT_ROLLOUT_COMPRESSION if compression_method is None else compression_method,
+            compression_kwargs=compression_kwargs, decompression_kwargs=decompression_kwargs)
+        self.store_options = StoreOptions.resolve(
+            preset=None, compression_method=extra.compression_method,
             chunk_len=DEFAULT_ROLLOUT_CHUNK_LEN if chunk_len is None else chunk_len,
             cache_bytes=0, tier=None, threads=threads,
         )
         self.compression_method = get_codec(self.store_options.compression_method).name
         self.chunk_len = self.store_options.chunk_len
-        self.frame_dedup = bool(dedup)
+        self.frame_dedup = bool(frame_dedup)
         self._stores = {}
+        describe(self, extra, observation_space)
+        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)  # type: ignore[call-arg]
 
     def _make_stores(self) -> None:
         opt = self.store_options
@@ -137,6 +167,9 @@ class _CompressedRolloutMixin(ClosableBuffer):
                                   reshape=isinstance(sub, spaces.Discrete))
         return out
 
+    def _converted(self, samples: Any) -> Any:
+        return convert_samples(samples, output_dtype=None, normalize_images=self.normalize_images)
+
     def _obs_tensor(self, obs: np.ndarray) -> th.Tensor:
         # obs is a fresh array nobody else holds: share it instead of copying (SB3's to_torch copies)
         return th.as_tensor(obs, device=self.device)
@@ -167,6 +200,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("normalize_images", False)  # 0.1.0 pickles of the internal classes lack it
         lead = state.pop("_lead", None)
         self.__dict__.update(state)
         self._make_views()
@@ -188,18 +222,21 @@ def _relead(view: ObservationView, lead: np.ndarray) -> ObservationView:
 class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
     """SB3's ``RolloutBuffer`` with each distinct observation frame stored once.
 
-    Same constructor arguments as SB3's, plus keyword-only store options.
-    ``get()`` yields bit-identical ``RolloutBufferSamples`` to SB3's for the same
-    ``np.random`` state (observations in the space's dtype, as SB3 2.9).
+    SB3's constructor arguments, then sb3-extra-buffers' (in its positional order),
+    then keyword-only store options. ``get()`` yields bit-identical
+    ``RolloutBufferSamples`` to SB3's for the same ``np.random`` state (observations
+    in the space's dtype, as SB3 2.9).
 
     Parameters
     ----------
+    dtypes, normalize_images, compression_kwargs, decompression_kwargs
+        sb3-extra-buffers' arguments (see :mod:`sb3_integration.extra_buffers`);
+        ``dtypes`` is informational: observations are always stored losslessly in
+        the space's dtype. sb3-extra-buffers' rollout buffers take no ``output_dtype``;
+        neither do these.
     compression_method
         A codec name (sb3-extra-buffers' grammar: ``"zstd3"``, ``"lz4-block"``; NB
         ``"zstd-3"`` is level -3) or ``"none"`` (default): see the module docstring.
-    dtypes
-        Accepted for sb3-extra-buffers compatibility and ignored: observations are
-        always stored losslessly in the space's dtype.
     chunk_len
         Frames per chunk (default 16).
     frame_dedup
@@ -218,30 +255,9 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
     ((128, 8, 4, 84, 84), dtype('uint8'))
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-        *,
-        compression_method: str | None = None,
-        dtypes: Any = None,
-        chunk_len: int | None = None,
-        frame_dedup: bool = True,
-        threads: int | None = None,
-    ) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise TypeError("a Dict observation space needs CompressedDictRolloutBuffer")
-        self._init_options(compression_method, chunk_len, frame_dedup, threads)
-        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
-
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> RolloutBufferSamples:
-        return RolloutBufferSamples(self._obs_tensor(self.observations[batch_inds]),  # type: ignore[index]
-                                    *_sample_fields(self, batch_inds))
+        return self._converted(RolloutBufferSamples(self._obs_tensor(self.observations[batch_inds]),  # type: ignore[index]
+                                                    *_sample_fields(self, batch_inds)))
 
 
 class CompressedDictRolloutBuffer(_CompressedRolloutMixin, DictRolloutBuffer):
@@ -260,34 +276,12 @@ class CompressedDictRolloutBuffer(_CompressedRolloutMixin, DictRolloutBuffer):
     (8, 2, 3)
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Dict,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        gae_lambda: float = 1,
-        gamma: float = 0.99,
-        n_envs: int = 1,
-        *,
-        compression_method: str | None = None,
-        dtypes: Any = None,
-        chunk_len: int | None = None,
-        frame_dedup: bool = True,
-        threads: int | None = None,
-    ) -> None:
-        if not isinstance(observation_space, spaces.Dict):
-            raise TypeError("CompressedDictRolloutBuffer needs a Dict observation space; "
-                            "use CompressedRolloutBuffer for other spaces")
-        self._init_options(compression_method, chunk_len, frame_dedup, threads)
-        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
-
     def _get_samples(self, batch_inds: np.ndarray,  # type: ignore[override]
                      env: VecNormalize | None = None) -> DictRolloutBufferSamples:
         obs = self.observations
         assert isinstance(obs, dict)
-        return DictRolloutBufferSamples({key: self._obs_tensor(v[batch_inds]) for key, v in obs.items()},
-                                        *_sample_fields(self, batch_inds))
+        return self._converted(DictRolloutBufferSamples(
+            {key: self._obs_tensor(v[batch_inds]) for key, v in obs.items()}, *_sample_fields(self, batch_inds)))
 
 
 # == SB3's own handling of the non-observation fields ==================================

@@ -223,14 +223,14 @@ def test_saved_state_covers_every_attribute():
                     "compression_method", "chunk_len", "_cache_bytes", "frame_dedup", "_stores",
                     "store_options", "small_arrays", "_columns", "obs_shape", "action_dim", "observations",
                     "next_observations", "_plan", "_memo", "_owned", *replay._SMALL_ARRAYS}
-    # sb3-extra-buffers' options (sb3_integration.compat): saved as constructor arguments, or rebuilt
+    # sb3-extra-buffers' options (sb3_integration.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
               "version"}
     for cls, space, kw in [(CompressedReplayBuffer, IMG, {}), (CompressedDictReplayBuffer, DICT, {}),
                            (CompressedNStepReplayBuffer, IMG, {"n_steps": 2})]:
-        extra = {"n_steps", "gamma"} if cls is CompressedNStepReplayBuffer else set(compat)
-        extra |= {"flatten_configs"} if cls is CompressedDictReplayBuffer else set()
-        extra |= {"flatten_len", "flatten_config"} if cls is CompressedReplayBuffer else set()
+        # every buffer takes sb3-extra-buffers' arguments (n-step too)
+        extra = set(compat) | ({"n_steps", "gamma"} if cls is CompressedNStepReplayBuffer else set())
+        extra |= {"flatten_configs"} if cls is CompressedDictReplayBuffer else {"flatten_len", "flatten_config"}
         buf = cls(8, space, ACT, "cpu", **kw)
         assert set(vars(buf)) == buffer_attrs | extra
         state = buf.replay_state()
