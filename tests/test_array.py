@@ -120,7 +120,7 @@ class ChunkedArrayMachine(RuleBasedStateMachine):
     @rule()
     def flush(self):
         self.arr.flush()
-        assert not self.arr._open
+        assert not self.arr.nopen
 
     @rule(data=st.data())
     def discard(self, data):
@@ -148,9 +148,7 @@ class ChunkedArrayMachine(RuleBasedStateMachine):
         """The tier holds exactly the sealed chunks' bytes: no hidden copies."""
         stored = self.arr.stored_chunks()
         assert self.arr.tier.used_nbytes == sum(len(self.arr.chunk_bytes(int(c))) for c in stored)
-        assert self.arr.cbytes == self.arr.tier.used_nbytes + sum(
-            b.nbytes for b in self.arr._open.values()
-        )
+        assert self.arr.cbytes == self.arr.tier.used_nbytes + self.arr.open_nbytes
 
 
 TestChunkedArrayMachine = ChunkedArrayMachine.TestCase
@@ -190,7 +188,7 @@ def test_sequential_writer_seals_each_chunk_once():
     for i in range(64):
         arr[i] = np.full(4, i // 16, np.uint8)
         assert arr.nchunks == (i + 1) // 16
-    assert not arr._open and arr.cratio > 1
+    assert not arr.nopen and arr.cratio > 1
 
 
 def test_rewrite_of_sealed_chunk_keeps_other_items():
@@ -295,9 +293,9 @@ def test_cache_budget_is_respected():
 
 
 def test_parallel_decode_matches_serial(monkeypatch):
-    import chunkstore.array as array_mod
+    from chunkstore.array import _read
 
-    monkeypatch.setattr(array_mod, "_PARALLEL_MIN_CHUNK_BYTES", 0)  # these chunks are small
+    monkeypatch.setattr(_read, "_PARALLEL_MIN_CHUNK_BYTES", 0)  # these chunks are small
     rng = np.random.default_rng(1)
     data = random_items(rng, 4096, (16, 16), np.uint8)
     serial = ChunkedArray(4096, (16, 16), np.uint8, chunk_len=16, cache=0, threads=1)
@@ -353,9 +351,9 @@ def _frames(n: int, seed: int = 0) -> np.ndarray:
 
 
 def test_dictionary_codec_trains_once_and_keeps_data(monkeypatch):
-    import chunkstore.array as array_mod
+    from chunkstore.array import _training
 
-    monkeypatch.setattr(array_mod, "TRAIN_AFTER_BYTES", 1000 * 48 * 48)
+    monkeypatch.setattr(_training, "TRAIN_AFTER_BYTES", 1000 * 48 * 48)
     frames = _frames(1200)
     trained = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=4, codec="zstd3+dict")
     plain = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=4, codec="zstd3")
@@ -383,9 +381,9 @@ def test_dictionary_codec_untrainable_data_falls_back_to_plain_zstd():
 
 def test_dictionary_kept_only_when_it_beats_plain_zstd_on_held_out_chunks(monkeypatch):
     """Noise gains nothing from a dictionary: the array settles on plain zstd, data intact."""
-    import chunkstore.array as array_mod
+    from chunkstore.array import _training
 
-    monkeypatch.setattr(array_mod, "TRAIN_AFTER_BYTES", 2 << 20)
+    monkeypatch.setattr(_training, "TRAIN_AFTER_BYTES", 2 << 20)
     rng = np.random.default_rng(3)
     noise = rng.integers(0, 256, size=(1200, 48, 48), dtype=np.uint8)
     arr = ChunkedArray(1200, (48, 48), np.uint8, chunk_len=8, codec="zstd3+dict")

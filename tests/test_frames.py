@@ -69,7 +69,7 @@ def test_many_envs_share_one_array_without_reencoding(monkeypatch):
     fs = FrameStore((4, 6, 5), np.uint8, 12, n_envs, chunk_len=4, codec="zstd3")
     fill_and_check(fs, frame_stack_stream(80, n_envs), 12, n_envs)
     arr = fs.array
-    assert arr.max_open > n_envs and len(arr._open) <= n_envs
+    assert arr.max_open > n_envs and arr.nopen <= n_envs
     # every env keeps its chunk open: each chunk is encoded once, when full, never reopened
     assert len(encodes) <= fs.frames_written // arr.chunk_len
 

@@ -128,15 +128,16 @@ def test_native_reads_equal_python_and_numpy(tmp_path, capacity, chunk_len, shap
 
 def test_a_threaded_read_inside_one_chunk_needs_no_pool(monkeypatch):
     """Enough items for threads, all in one chunk: one part, served on the calling thread."""
-    nat = native._load()
-    assert nat is not None
-    monkeypatch.setattr(nat, "pool", None)  # no pool made yet (as in a fresh process)
-    monkeypatch.setattr(nat, "pool_size", 0)
+    from chunkstore import _threads
+
+    assert native.available()
+    monkeypatch.setattr(_threads, "_pools", {})  # no pool made yet (as in a fresh process)
+    monkeypatch.setattr(_threads, "_sizes", {})
     arr = ChunkedArray(2048, (), np.uint8, chunk_len=1024, codec="zstd3", threads=2)
     arr[:] = np.arange(2048) % 251
     ids = np.arange(600)
     assert np.array_equal(arr.take(ids), (ids % 251).astype(np.uint8))
-    assert nat.pool is None
+    assert "chunkstore-native" not in _threads._pools
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])

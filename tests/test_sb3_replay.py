@@ -338,10 +338,10 @@ def test_training_atari_cnn_bit_identical(one_torch_thread):
 
 def test_default_dictionary_codec_trains_mid_fill_and_stays_equal(monkeypatch):
     """The default codec (zstd+dict) trains once enough frames are in; samples stay SB3's."""
-    import chunkstore.array as array_mod
+    from chunkstore.array import _training
 
     frame = (1, 40, 40)
-    monkeypatch.setattr(array_mod, "TRAIN_AFTER_BYTES", 700 * 40 * 40)
+    monkeypatch.setattr(_training, "TRAIN_AFTER_BYTES", 700 * 40 * 40)
     space = spaces.Box(0, 255, (4, 40, 40), np.uint8)
     ref, ours = make_pair("replay", 600, space, ACTIONS["discrete"], n_envs=2, chunk_len=8)
     rng = np.random.default_rng(0)

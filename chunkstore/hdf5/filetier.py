@@ -29,7 +29,7 @@ import contextlib
 import mmap
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -259,16 +259,36 @@ class FileTier(Tier):
         }
 
     # -- the native read path ---------------------------------------------------------
-    @contextlib.contextmanager
-    def host_segments(self) -> Iterator[np.ndarray | None]:
+    def read_lock(self) -> tuple[Any, Callable[[], np.ndarray | None]]:
         # the file is segment 0, pread by the native path (nothing mapped: no RSS, and a
         # truncated file is a short read, not a SIGBUS); new chunks are segments 1..
-        with self.writable.host_segments() as new:
-            fd = self.file.fileno()
+        lock, segments = self.writable.read_lock()
+
+        def with_file() -> np.ndarray | None:
+            new, fd = segments(), self.file.fileno()
             if new is None or fd < 0:
-                yield None
-                return
-            yield np.concatenate((np.array([[0], [fd]], np.int64), new), axis=1)
+                return None
+            return np.concatenate((np.array([[0], [fd]], np.int64), new), axis=1)
+
+        return lock, with_file
+
+    # -- snapshots: the file is never rewritten; new chunks pin in the writable tier ----
+    def pin(self) -> Callable[[], None] | None:
+        return self.writable.pin()
+
+    def peek(self, ref: ChunkRef) -> np.ndarray | memoryview:
+        seg, off, n = ref
+        if seg != FILE_SEGMENT:
+            return self.writable.peek(ChunkRef(seg - 1, off, n))
+        return self.get(ref)
+
+    def live_refs(self) -> np.ndarray | None:
+        live = self.writable.live_refs()
+        if live is None:
+            return None
+        live = live.copy()
+        live[0] += 1  # the file's chunks are not tracked: they are never orphaned by a put
+        return live
 
     #: a native read must first see that the file was not changed in place (and check CRCs)
     checks_reads = True

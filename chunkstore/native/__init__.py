@@ -26,11 +26,13 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from chunkstore import _threads
 
 __all__ = [
     "NativeSpec",
@@ -65,8 +67,6 @@ class _Native:
         self.kernels = _kernels
         self.zstd = load_zstd()
         self.local = threading.local()
-        self.pool: ThreadPoolExecutor | None = None
-        self.pool_size = 0
 
 
 def _load() -> _Native | None:
@@ -228,8 +228,16 @@ def gather(
                         open_chunks, open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
         return status
 
-    futures = [] if nthreads == 1 else [_pool(nat, nthreads - 1).submit(run, part) for part in range(1, nthreads)]
-    results = [run(0)] + [f.result() for f in futures]
+    futures: list[Future] = []
+    try:
+        if nthreads > 1:
+            pool = _threads.pool("chunkstore-native", nthreads - 1)
+            for part in range(1, nthreads):
+                futures.append(pool.submit(run, part))
+        results = [run(0)]
+    finally:  # also when interrupted: the workers write into dst, which must outlive them
+        _threads.wait_all(futures)
+    results += [f.result() for f in futures]
     bad = next((st for st in results if st[0] != 0), results[0])
     return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))
 
@@ -283,11 +291,10 @@ def _cbuf(nat: _Native, nbytes: int) -> np.ndarray:
     return buf
 
 
-def _pool(nat: _Native, workers: int) -> ThreadPoolExecutor:
-    with _lock:
-        if nat.pool is None or nat.pool_size < workers:
-            if nat.pool is not None:
-                nat.pool.shutdown(wait=False)
-            nat.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chunkstore-native")
-            nat.pool_size = workers
-        return nat.pool
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 __all__ = ["ChunkRef", "Tier"]
+
+_NO_LOCK = contextlib.nullcontext()
+
+
+def _no_segments() -> None:
+    return None
 
 
 class ChunkRef(NamedTuple):
@@ -67,17 +73,49 @@ class Tier(ABC):
         return False
 
     # -- the native read path (chunkstore.native) -------------------------------------
+    def read_lock(self) -> tuple[Any, Callable[[], np.ndarray | None]]:
+        """``(lock, segments)`` for a native read: ``with lock: table = segments()``.
+
+        ``segments()`` returns where each segment's bytes are, ``(2, nsegments)``
+        int64: row 0 the host address of the segment (0: not in memory), row 1 a
+        file descriptor to ``pread`` it from (-1: none), both indexed by
+        ``ChunkRef.segment``. While ``lock`` is held they stay valid and this tier
+        changes no chunk. A tier whose bytes are neither in host memory nor in a
+        file (a CUDA device) returns None, and reads take the Python path.
+
+        A plain lock, not a context manager of Python code: an interrupt can then
+        never leave it held (see :mod:`chunkstore._threads`).
+        """
+        return _NO_LOCK, _no_segments
+
     @contextlib.contextmanager
     def host_segments(self) -> Iterator[np.ndarray | None]:
-        """Where each segment's bytes are, for the native read path: ``(2, nsegments)`` int64.
+        """:meth:`read_lock` as one context manager (tests, tools)."""
+        lock, segments = self.read_lock()
+        with lock:
+            yield segments()
 
-        Row 0 is the host address of the segment (0: not in memory), row 1 a file
-        descriptor to ``pread`` it from (-1: none), both indexed by
-        ``ChunkRef.segment``. They stay valid, and the chunks unchanged by this
-        tier, until the block ends. A tier whose bytes are neither in host memory
-        nor in a file (a CUDA device) yields None, and reads take the Python path.
+    # -- snapshots: bytes that stay put while a save reads them -------------------------
+    def pin(self) -> Callable[[], None] | None:
+        """Keep the bytes of every chunk live now intact until the returned function is called.
+
+        Released chunks stay readable with :meth:`peek` meanwhile; their space is
+        reused only after the last unpin. None: this tier cannot pin (callers copy
+        the bytes they need instead).
         """
-        yield None
+        return None
+
+    def peek(self, ref: ChunkRef) -> memoryview | np.ndarray:
+        """The bytes of ``ref``, live or released while a :meth:`pin` holds them."""
+        return self.get(ref)
+
+    def live_refs(self) -> np.ndarray | None:
+        """``(3, n)`` int64 (segment, offset, nbytes) of every live chunk; None if not tracked.
+
+        Also recounts the tier's own tallies (an owner calls it to repair after an
+        interrupted call).
+        """
+        return None
 
     #: whether :meth:`check_reads` must see the chunks before a native read
     checks_reads: bool = False

@@ -6,15 +6,30 @@ segments so that equal-sized large chunks recycle each other's storage. Each
 segment counts its live chunks; once the last one is released the segment goes
 to a free list and its storage is reused by a later append. A ring buffer
 releases in FIFO order, so segments empty oldest first: no fragmentation, no
-compaction, and no per-chunk Python objects besides one small dict entry.
+compaction.
+
+No Python object per chunk: a segment records its chunks in two growable numpy
+columns (offset, length; -1 once released), appended in offset order, so a
+release finds its chunk by binary search and a double release or a foreign ref
+is caught (:class:`~chunkstore.errors.UnknownRefError`). That is 8 bytes a chunk
+(16 in segments of 2 GiB or more).
 
 Bytes are always *copied* into segment storage: compressor outputs keep their
-compress-bound allocation alive (measured: a 1.7 KB zstd result held 28 KB), so holding them would cost RAM as if
-uncompressed.
+compress-bound allocation alive (measured: a 1.7 KB zstd result held 28 KB), so
+holding them would cost RAM as if uncompressed.
+
+Pins (:meth:`SegmentedTier.pin`): while a snapshot reads chunks it captured, a
+segment that empties is neither reused nor rewound; it is recycled at the last
+unpin. Released chunks stay readable with :meth:`SegmentedTier.peek` meanwhile.
+
+Interrupts: the per-chunk columns are the truth and change first; the tallies
+(live chunks per segment, used bytes) follow. An exception between the two can
+only keep a segment from recycling, never recycle a live one, and
+:meth:`SegmentedTier.live_refs` recounts them (owners call it to repair).
 
 Thread safety: one writer calls ``put``/``release``/``trim``; any number of
 threads may call ``get`` at the same time. One lock guards the bookkeeping
-(segment table, live chunks, storage handles); the data copy of ``put`` runs
+(segment table, chunk columns, storage handles); the data copy of ``put`` runs
 outside it, so a large put never blocks readers. ``close`` must not race with
 other calls. A view returned by ``get`` stays valid until its chunk is released
 (after that its segment may be rewritten).
@@ -24,6 +39,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,20 +50,57 @@ from chunkstore.tiers._base import ChunkRef, Tier
 __all__ = ["DEFAULT_SEGMENT_BYTES", "SegmentedTier"]
 
 DEFAULT_SEGMENT_BYTES = 4 << 20
+_RELEASED = -1
 
 
 class _Segment:
-    """One segment: its capacity, append cursor, live chunks and storage handles."""
+    """One segment: capacity, append cursor, its chunks' columns, and storage handles."""
 
-    __slots__ = ("capacity", "data", "fill", "id", "live", "ro")
+    __slots__ = ("capacity", "data", "fill", "id", "lens", "n", "nlive", "offs", "ro")
 
     def __init__(self, seg_id: int, capacity: int) -> None:
         self.id = seg_id
         self.capacity = capacity
         self.fill = 0  # append cursor; only the writer moves it
-        self.live: dict[int, int] = {}  # offset -> nbytes of live chunks
+        dtype = np.int32 if capacity < (1 << 31) else np.int64
+        self.offs = np.empty(8, dtype)  # offsets of the chunks put since the last reuse, increasing
+        self.lens = np.empty(8, dtype)  # their lengths; _RELEASED once released
+        self.n = 0  # chunks recorded
+        self.nlive = 0  # of which live
         self.data: Any = None  # writable storage, tier-specific
         self.ro: Any = None  # read handle, tier-specific
+
+    def record(self, offset: int, nbytes: int) -> None:
+        """A chunk put at ``offset`` (after every recorded one)."""
+        if self.n == len(self.offs):
+            self.offs = np.concatenate([self.offs, np.empty_like(self.offs)])
+            self.lens = np.concatenate([self.lens, np.empty_like(self.lens)])
+        self.offs[self.n], self.lens[self.n] = offset, nbytes  # invisible until n counts it
+        self.n += 1
+        self.nlive += 1
+
+    def find(self, offset: int) -> int:
+        """The column index of the chunk recorded at ``offset``, or -1."""
+        i = int(np.searchsorted(self.offs[:self.n], offset))
+        return i if i < self.n and self.offs[i] == offset else -1
+
+    def live_length(self, offset: int) -> int:
+        i = self.find(offset)
+        return -1 if i < 0 else int(self.lens[i])
+
+    def reset(self) -> None:
+        """Every chunk is dead and the storage is about to be reused from its start."""
+        self.fill = 0
+        self.n = self.nlive = 0
+
+    def lowest_live(self) -> int:
+        live = np.flatnonzero(self.lens[:self.n] != _RELEASED)
+        return int(self.offs[live[0]]) if live.size else self.fill
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the chunk columns."""
+        return self.offs.nbytes + self.lens.nbytes
 
 
 def as_uint8(data: Any) -> np.ndarray:
@@ -94,6 +147,8 @@ class SegmentedTier(Tier):
         self._used = 0
         self._nchunks = 0
         self._closed = False
+        self._pins = 0
+        self._deferred: list[_Segment] = []  # emptied while pinned: recycled at the last unpin
         # host addresses of the segments for the native read path, rebuilt when
         # storage moves (a new or reused segment, a spill, a trim)
         self._addr = np.zeros((2, 0), np.int64)
@@ -115,7 +170,7 @@ class SegmentedTier(Tier):
 
     @abstractmethod
     def _view(self, seg: _Segment, offset: int, nbytes: int) -> Any:
-        """A read handle on a live chunk. Called under the lock: keep it cheap."""
+        """A read handle on a chunk. Called under the lock: keep it cheap."""
 
     def _reuse(self, seg: _Segment) -> None:
         """A free segment becomes the append target again (its old chunks are dead)."""
@@ -128,11 +183,10 @@ class SegmentedTier(Tier):
         """Some segment's storage changed: rebuild the address table on the next native read."""
         self._addr_stale = True
 
-    def host_segments(self) -> Any:
-        # the lock is held for the whole native read: no put, release, spill or
-        # trim can move or recycle a segment under it (a small object, not a
-        # generator: this runs once per sample)
-        return _HostSegments(self)
+    def read_lock(self) -> tuple[Any, Callable[[], np.ndarray | None]]:
+        # the lock is held for the whole native read: no put, release, spill or trim can
+        # move or recycle a segment under it
+        return self._lock, self._addresses
 
     def _addresses(self) -> np.ndarray:
         """The address table, rebuilt if storage moved; the caller holds the lock."""
@@ -159,7 +213,7 @@ class SegmentedTier(Tier):
         if n:
             self._write(seg, offset, src)
         with self._lock:
-            seg.live[offset] = n
+            seg.record(offset, n)
             self._used += n
             self._nchunks += 1
         return ChunkRef(seg.id, offset, n)
@@ -169,20 +223,81 @@ class SegmentedTier(Tier):
             seg = self._live_segment(ref)
             return self._view(seg, ref[1], ref[2])
 
+    def peek(self, ref: ChunkRef) -> Any:
+        seg_id, offset, n = ref
+        with self._lock:
+            seg = self._segments.get(seg_id)
+            if seg is None or offset + n > seg.fill or seg.find(offset) < 0:
+                raise UnknownRefError(f"{ref!r} is not a chunk of this {self.kind} tier, live or pinned")
+            return self._view(seg, offset, n)
+
     def release(self, ref: ChunkRef) -> None:
         _, offset, n = ref
         with self._lock:
             seg = self._live_segment(ref)
-            del seg.live[offset]
+            seg.lens[seg.find(offset)] = _RELEASED  # the truth first: then the tallies
+            seg.nlive -= 1
             self._used -= n
             self._nchunks -= 1
-            if seg.live:
+            if seg.nlive:
                 return
-            if seg is self._current:
-                seg.fill = 0  # empty append target: rewind in place
+            recycled = self._emptied(seg)
+        if recycled:
+            self._recycle(seg)
+
+    def _emptied(self, seg: _Segment) -> bool:
+        """``seg`` has no live chunk left (lock held): rewind, free, or defer it; True if freed."""
+        if self._pins:
+            if seg not in self._deferred:
+                self._deferred.append(seg)
+            return False
+        if seg is self._current:
+            seg.reset()  # empty append target: rewind in place
+            return False
+        if self._segments.get(seg.id) is not seg:
+            return False  # trimmed or closed meanwhile
+        self._free.setdefault(seg.capacity, []).append(seg)
+        return True
+
+    def pin(self) -> Callable[[], None]:
+        with self._lock:
+            self._pins += 1
+        done = [False]
+
+        def unpin() -> None:
+            if done[0]:
                 return
-            self._free.setdefault(seg.capacity, []).append(seg)
-        self._recycle(seg)
+            done[0] = True
+            with self._lock:
+                self._pins -= 1
+                if self._pins:
+                    return
+                deferred, self._deferred = self._deferred, []
+                freed = [seg for seg in deferred if seg.nlive == 0 and self._emptied(seg)]
+            for seg in freed:
+                self._recycle(seg)
+
+        return unpin
+
+    def live_refs(self) -> np.ndarray:
+        with self._lock:
+            cols = []
+            used = nchunks = 0
+            for seg in self._segments.values():
+                live = np.flatnonzero(seg.lens[:seg.n] != _RELEASED)
+                seg.nlive = int(live.size)  # recount: an interrupted release may have left it high
+                used += int(seg.lens[live].sum())
+                nchunks += seg.nlive
+                cols.append(np.stack([np.full(live.size, seg.id, np.int64),
+                                      seg.offs[live].astype(np.int64), seg.lens[live].astype(np.int64)]))
+            self._used, self._nchunks = used, nchunks
+            empty = [seg for seg in self._segments.values()
+                     if seg.nlive == 0 and seg is not self._current and seg not in self._deferred
+                     and not any(seg in stack for stack in self._free.values())]
+            freed = [seg for seg in empty if self._emptied(seg)]
+        for seg in freed:
+            self._recycle(seg)
+        return np.concatenate(cols, axis=1) if cols else np.zeros((3, 0), np.int64)
 
     @property
     def nbytes(self) -> int:
@@ -196,6 +311,12 @@ class SegmentedTier(Tier):
     def nchunks(self) -> int:
         """Number of live chunks."""
         return self._nchunks
+
+    @property
+    def table_nbytes(self) -> int:
+        """Bytes of the per-chunk columns of every segment."""
+        with self._lock:
+            return sum(seg.nbytes for seg in self._segments.values())
 
     def trim(self) -> int:
         """Drop the storage of every free segment; return the bytes given back."""
@@ -219,6 +340,7 @@ class SegmentedTier(Tier):
             segments = list(self._segments.values())
             self._segments.clear()
             self._free.clear()
+            self._deferred.clear()
             self._current = None
             self._reserved = self._used = self._nchunks = 0
         for seg in segments:
@@ -243,6 +365,8 @@ class SegmentedTier(Tier):
                 "nsegments": len(self._segments),
                 "nfree_segments": nfree,
                 "free_nbytes": free_nbytes,
+                "table_nbytes": sum(seg.nbytes for seg in self._segments.values()),
+                "pins": self._pins,
             }
 
     def __repr__(self) -> str:
@@ -255,7 +379,7 @@ class SegmentedTier(Tier):
         """The segment holding live chunk ``ref``; the caller holds the lock."""
         seg_id, offset, n = ref
         seg = self._segments.get(seg_id)
-        if seg is None or seg.live.get(offset, -1) != n:
+        if seg is None or seg.live_length(offset) != n or n < 0:
             raise UnknownRefError(
                 f"{ref!r} is not a live chunk of this {self.kind} tier "
                 "(released already, put into another tier, or the tier is closed)")
@@ -274,7 +398,7 @@ class SegmentedTier(Tier):
 
     def _open_segment(self, need: int) -> _Segment:
         """Seal the append target and open another: a free one if any fits, else new."""
-        self._seal()
+        self._seal_current()
         cap = self.segment_bytes if need <= self.segment_bytes else (
             -(-need // self.segment_bytes) * self.segment_bytes)
         with self._lock:
@@ -286,27 +410,34 @@ class SegmentedTier(Tier):
                 with self._lock:
                     self._free.setdefault(seg.capacity, []).append(seg)
                 raise
+            seg.reset()
         else:
             self._make_room(cap, need)
             seg = _Segment(self._next_id, cap)
-            self._next_id += 1
             self._allocate(seg)
             with self._lock:
                 self._segments[seg.id] = seg
+                self._next_id += 1
                 self._reserved += cap
-        seg.fill = 0
         self._current = seg
         with self._lock:
             self._storage_moved()
         return seg
 
-    def _seal(self) -> None:
+    def _seal_current(self) -> None:
+        """No more appends to the current segment; free it if nothing in it is live.
+
+        (An interrupt between the two steps leaves no append target, which the next
+        put opens, and at worst an empty segment out of the free list, which
+        :meth:`live_refs` finds again.)
+        """
         cur, self._current = self._current, None
-        if cur is None or cur.live:
+        if cur is None:
             return
         with self._lock:
-            self._free.setdefault(cur.capacity, []).append(cur)
-        self._recycle(cur)
+            recycled = cur.nlive == 0 and self._emptied(cur)
+        if recycled:
+            self._recycle(cur)
 
     def _pop_free(self, cap: int) -> _Segment | None:
         """The most recently freed segment of the smallest capacity >= ``cap``."""
@@ -331,23 +462,3 @@ class SegmentedTier(Tier):
             f"but {self._reserved} of max_bytes={self.max_bytes} are reserved "
             f"({self._used} bytes in {self._nchunks} live chunks). Release chunks, "
             "raise max_bytes, or use a disk/hybrid tier.")
-
-
-class _HostSegments:
-    """``with tier.host_segments() as addr``: the tier's lock, and its address table."""
-
-    __slots__ = ("tier",)
-
-    def __init__(self, tier: SegmentedTier) -> None:
-        self.tier = tier
-
-    def __enter__(self) -> np.ndarray:
-        self.tier._lock.acquire()
-        try:
-            return self.tier._addresses()
-        except BaseException:
-            self.tier._lock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.tier._lock.release()

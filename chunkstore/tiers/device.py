@@ -74,6 +74,10 @@ class DeviceTier(SegmentedTier):
             return view
         return view.cpu().numpy()  # device -> host outside the tier lock
 
+    def peek(self, ref: ChunkRef) -> np.ndarray:
+        view = super().peek(ref)
+        return view if self._on_cpu else view.cpu().numpy()
+
     def get_tensor(self, ref: ChunkRef) -> Any:
         """The chunk as a uint8 tensor slice on the tier's device (no copy)."""
         with self._lock:
@@ -105,10 +109,10 @@ class DeviceTier(SegmentedTier):
             self._staging.numpy()[:n] = src
             seg.data[offset:offset + n].copy_(self._staging[:n])
 
-    def host_segments(self) -> Any:
+    def read_lock(self) -> Any:
         if self._on_cpu:
-            return super().host_segments()
-        return super(SegmentedTier, self).host_segments()  # device memory: no host addresses
+            return super().read_lock()
+        return super(SegmentedTier, self).read_lock()  # device memory: no host addresses
 
     def _address(self, seg: _Segment) -> tuple[int, int]:
         return (0 if seg.ro is None else int(seg.ro.ctypes.data)), -1

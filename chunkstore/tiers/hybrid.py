@@ -231,7 +231,8 @@ class HybridTier(SegmentedTier):
             file = self._dir.create(f"spill-{self._nfiles:06d}.bin", seg.capacity)
             self._nfiles += 1
             self._disk_nbytes += seg.capacity
-        lo = min(seg.live)  # released chunks at the head need not be written
+        # released chunks at the head need not be written, unless a snapshot pinned them
+        lo = 0 if self._pins else seg.lowest_live()
         file.write(seg.data[lo:seg.fill], lo)
         arr = seg.data
         with self._lock:  # from here on readers get views of the file

@@ -1,0 +1,337 @@
+"""The write path of a ChunkedArray: open chunks, sealing, renumbering, discarding.
+
+Items are written into *open* chunks: raw numpy buffers, one per chunk being
+written. A chunk is sealed (encoded and put into the tier) as soon as its last
+item is written, when more than ``max_open`` chunks are open (the least recently
+written goes), or on ``flush()``; a sequential writer therefore encodes every
+chunk once per lap. Writing into a sealed chunk decodes it into an open buffer
+first (rare, correct).
+
+Every step keeps each chunk readable with its contents before or after the
+write, whatever exception interrupts it (see :mod:`chunkstore.array._table`):
+a sealed chunk becomes open before its stored copy is dropped, and a chunk
+leaves the open set only once its encoded bytes are in the table. A failed seal
+(tier full, disk full) keeps the open chunk and its data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chunkstore.array import _training
+from chunkstore.array._fields import ArrayFields
+from chunkstore.casting import lossless_cast
+from chunkstore.tiers import ChunkRef
+
+__all__ = ["WritePath"]
+
+
+class WritePath(ArrayFields):
+    """ChunkedArray's writes (a mixin: ``ChunkedArray`` supplies the state)."""
+
+    # -- public writes ---------------------------------------------------------------
+    def __setitem__(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._begin()
+            self._setitem(key, value)
+            self._dirty = False
+
+    def write(self, start: int, items: Any) -> None:
+        """``items[k]`` goes to ``self[start + k]`` (no wrap-around)."""
+        items = np.asarray(items)
+        n = len(items) if items.ndim > len(self.item_shape) else 1
+        if start < 0 or start + n > self.capacity:
+            raise IndexError(f"write of {n} items at {start} exceeds capacity {self.capacity}")
+        vals = self._coerce(items, n)
+        with self._lock:
+            self._begin()
+            self._write_run(start, vals)
+            self._dirty = False
+
+    def put(self, indices: Any, values: Any) -> None:
+        """``self[indices[i]] = values[i]``; any order, repeats allowed (the last wins)."""
+        idx = self._normalize_indices(indices).reshape(-1)
+        if idx.size == 0:
+            return
+        vals = self._coerce(values, idx.size)
+        with self._lock:
+            self._begin()
+            self._put(idx, vals)
+            self._dirty = False
+
+    def put_chunk_bytes(self, c: int, data: Any) -> None:
+        """Install already-encoded bytes as chunk ``c``, verbatim (the load path)."""
+        if not 0 <= c < self.nchunks_total:
+            raise IndexError(f"chunk {c} out of range for {self.name} ({self.nchunks_total} chunks)")
+        with self._lock:
+            self._begin()
+            ref = self.tier.put(data)
+            self._install(c, ref)
+            self._table.pop_open(c)  # after: until here the chunk read as its open copy
+            self._dirty = False
+
+    def adopt_chunks(self, chunks: np.ndarray, refs: np.ndarray) -> None:
+        """Install chunks that the tier already holds, in bulk (the lazy load path).
+
+        ``chunks`` are increasing chunk indices, none stored or open yet; ``refs`` is
+        the ``(3, len(chunks))`` table of their tier references (segment, offset,
+        nbytes), as :meth:`put_chunk_bytes` would have stored them one by one.
+        """
+        chunks = np.asarray(chunks, np.int64)
+        if len(chunks) == 0:
+            return
+        if chunks[0] < 0 or chunks[-1] >= self.nchunks_total or np.any(np.diff(chunks) <= 0):
+            raise IndexError(f"{self.name}: chunk indices must increase within 0..{self.nchunks_total - 1}")
+        with self._lock:
+            self._begin()
+            table = self._table
+            if np.any(table.seg[chunks] >= 0) or any(c in table.open for c in chunks.tolist()):
+                raise ValueError(f"{self.name}: adopt_chunks() installs chunks not stored or open yet")
+            n = refs[2]
+            self._max_len = max(self._max_len, int(n.max()))  # before the entries point at them
+            table.adopt(chunks, refs)
+            self._cbytes_sealed += int(n.sum())
+            rows = np.minimum(self.chunk_len, self.capacity - chunks * self.chunk_len)
+            self._raw_sealed += int(rows.sum()) * self._item_nbytes
+            self._maybe_train()
+            self._dirty = False
+
+    def flush(self) -> None:
+        """Seal every open chunk."""
+        with self._lock:
+            self._begin()
+            for c in list(self._table.open):
+                self._seal(c)
+            self._dirty = False
+
+    def remap(self, capacity: int, src: Any, dst: Any) -> None:
+        """Change the capacity; stored or open chunk ``src[i]`` becomes chunk ``dst[i]``.
+
+        Every other chunk is freed. Nothing is decoded or re-encoded: only the
+        chunk table moves, in one step. A ring that outgrows its capacity uses this
+        to grow while keeping its live chunks. Moved chunks must keep their row count.
+        """
+        src = np.asarray(src, np.int64).reshape(-1)
+        dst = np.asarray(dst, np.int64).reshape(-1)
+        capacity = int(capacity)
+        if capacity < 1 or src.shape != dst.shape:
+            raise ValueError(f"remap needs capacity >= 1 and src/dst of equal length, got "
+                             f"{capacity}, {src.shape}, {dst.shape}")
+        n_new = -(-capacity // self.chunk_len)
+        if src.size and (src.min() < 0 or src.max() >= self.nchunks_total or dst.min() < 0
+                         or dst.max() >= n_new or np.unique(dst).size != dst.size):
+            raise IndexError(f"{self.name}: remap chunks out of range or duplicated")
+        rows_new = np.minimum(self.chunk_len, capacity - dst * self.chunk_len)
+        rows_old = np.minimum(self.chunk_len, self.capacity - src * self.chunk_len)
+        if not np.array_equal(rows_new, rows_old):
+            raise ValueError(f"{self.name}: remap would change the row count of a chunk")
+        with self._lock:
+            self._begin()
+            keep = np.zeros(self.nchunks_total, bool)
+            keep[src] = True
+            for c in np.flatnonzero(~keep).tolist():  # dead chunks: freeing them early is harmless
+                self._free_chunk(c)
+            self._table = self._table.remapped(capacity, src, dst)  # the one step
+            self._dirty = False
+
+    def discard(self, start: int, stop: int) -> None:
+        """Items in ``[start, stop)`` are dead: free the chunks wholly inside the range.
+
+        Those chunks read as zeros afterwards; partially covered chunks are kept.
+        """
+        start, stop = max(0, int(start)), min(self.capacity, int(stop))
+        first = -(-start // self.chunk_len)
+        last = stop // self.chunk_len if stop < self.capacity else self.nchunks_total
+        with self._lock:
+            self._begin()
+            for c in range(first, last):
+                self._free_chunk(c)
+            self._dirty = False
+
+    def clear(self) -> None:
+        """Every item back to zeros; tier space released."""
+        self.discard(0, self.capacity)
+
+    def train_codec(self) -> None:
+        """Train a learning codec (``zstd3+dict``) on the stored items, re-encode them.
+
+        Called automatically once ``TRAIN_AFTER_BYTES`` are sealed; call it earlier
+        to train on less data. See :func:`chunkstore.array._training.train`.
+        """
+        with self._lock:
+            self._begin()
+            _training.train(self)
+            self._dirty = False
+
+    # -- internals ---------------------------------------------------------------------
+    def _setitem(self, key: Any, value: Any) -> None:
+        if isinstance(key, (int, np.integer)):  # the appender's case: one item into an open chunk
+            i = self._check_index(int(key))
+            c, r = divmod(i, self.chunk_len)
+            buf = self._table.open.get(c)
+            v = np.asarray(value)
+            if buf is not None and v.dtype == self.dtype and v.shape == self.item_shape:
+                buf[r] = v
+                self._table.touch(c)
+                self._after_write(c, r)
+                return
+            self._write_run(i, self._coerce(value, 1))
+            return
+        if isinstance(key, tuple):
+            if len(key) == 1:
+                key = key[0]
+            else:
+                self._setitem_partial(key, value)
+                return
+        if isinstance(key, (int, np.integer)):
+            self._write_run(self._check_index(int(key)), self._coerce(value, 1))
+        elif isinstance(key, slice):
+            start, stop, step = key.indices(self.capacity)
+            if step == 1:
+                if stop > start:
+                    self._write_run(start, self._coerce(value, stop - start))
+            else:
+                idx = np.arange(start, stop, step)
+                self._put(idx, self._coerce(value, idx.size))
+        else:
+            idx = self._normalize_indices(key).reshape(-1)
+            if idx.size:
+                self._put(idx, self._coerce(value, idx.size))
+
+    def _setitem_partial(self, key: tuple[Any, ...], value: Any) -> None:
+        # arr[i, j, ...] = v: read-modify-write of whole items (rare, correct)
+        idx = self._normalize_indices(key[0])
+        items = self.take(idx.reshape(-1))
+        items.reshape(idx.shape + self.item_shape)[(slice(None),) * idx.ndim + key[1:]] = value
+        self._put(idx.reshape(-1), items)
+
+    def _put(self, idx: np.ndarray, vals: np.ndarray) -> None:
+        if idx.size > 1 and np.all(np.diff(idx) == 1):
+            self._write_run(int(idx[0]), vals)
+            return
+        # the last write to an index wins, as in numpy
+        order = np.argsort(idx, kind="stable")
+        chunks = idx[order] // self.chunk_len
+        bounds = np.flatnonzero(np.diff(chunks)) + 1
+        for part in np.split(order, bounds):
+            c = int(idx[part[0]]) // self.chunk_len
+            buf = self._open_chunk(c)
+            buf[idx[part] - c * self.chunk_len] = vals[part]
+            self._after_write(c, int(idx[part].max()) - c * self.chunk_len)
+
+    def _write_run(self, start: int, vals: np.ndarray) -> None:
+        L, table = self.chunk_len, self._table
+        pos, end = start, start + len(vals)
+        while pos < end:
+            c, r0 = divmod(pos, L)
+            r1 = min(L, end - c * L, table.rows(c))
+            part = vals[pos - start : pos - start + r1 - r0]
+            if r0 == 0 and r1 == table.rows(c) and c not in table.open:
+                self._seal_from(c, part)  # a whole chunk: encode straight from the input
+            else:
+                self._open_chunk(c)[r0:r1] = part
+                self._after_write(c, r1 - 1)
+            pos += r1 - r0
+
+    def _coerce(self, value: Any, n: int) -> np.ndarray:
+        """``value`` as an array of (n, *item_shape) in our dtype, refusing lossy casts."""
+        arr = np.asarray(value)
+        if arr.dtype != self.dtype:
+            arr = lossless_cast(arr, self.dtype, self.name)
+        shape = (n, *self.item_shape)
+        if arr.shape != shape:
+            if arr.shape == self.item_shape and n == 1:
+                arr = arr.reshape(shape)
+            else:
+                try:
+                    arr = np.broadcast_to(arr, shape)
+                except ValueError:
+                    raise ValueError(
+                        f"{self.name}: cannot write values of shape {np.shape(value)} into "
+                        f"{n} item(s) of shape {self.item_shape}"
+                    ) from None
+        return arr
+
+    def _open_chunk(self, c: int) -> np.ndarray:
+        """The writable raw buffer of chunk ``c``, decoding it if it was sealed."""
+        table = self._table
+        buf = table.open.get(c)
+        if buf is not None:
+            table.touch(c)
+            return buf
+        if table.is_stored(c):  # decode fills every row: no zero fill first
+            buf = self._decoded_copy(c)
+            table.set_open(c, buf)  # open first: the chunk reads the same from either copy
+            self._drop_sealed(c)
+        else:
+            if self._spare and table.rows(c) == self.chunk_len:
+                buf = self._spare.pop()  # a sealed chunk's buffer: no fresh pages to fault in
+                buf.fill(0)
+            else:
+                buf = np.zeros((table.rows(c), *self.item_shape), dtype=self.dtype)
+            table.set_open(c, buf)
+        while len(table.open) > self.max_open:
+            self._seal(next(iter(table.open)))
+        return buf
+
+    def _after_write(self, c: int, last_row: int) -> None:
+        if last_row == self._table.rows(c) - 1:
+            self._seal(c)
+
+    def _seal(self, c: int) -> None:
+        # the chunk leaves the open set only once its bytes are in the table: if the put
+        # fails (tier full, disk full) or is interrupted, its items stay readable and writable
+        buf = self._table.open[c]
+        self._seal_from(c, buf)
+        self._table.pop_open(c)
+        if len(buf) == self.chunk_len and len(self._spare) < self.max_open:
+            self._spare.append(buf)
+
+    def _seal_from(self, c: int, raw: np.ndarray) -> None:
+        ref = self.tier.put(self.codec.encode(np.ascontiguousarray(raw)))
+        self._install(c, ref)
+
+    def _install(self, c: int, ref: ChunkRef) -> None:
+        """Chunk ``c`` now lives at ``ref`` (its old bytes, if any, are released)."""
+        table = self._table
+        old = table.ref(c) if table.is_stored(c) else None
+        self._max_len = max(self._max_len, ref.nbytes)  # what a native read of a file may need
+        table.store(c, ref)  # one step: the entry points at the new bytes
+        if old is not None:
+            self._cbytes_sealed -= old.nbytes
+            self._raw_sealed -= table.rows(c) * self._item_nbytes
+            self._release(old)
+        self._cbytes_sealed += ref.nbytes
+        self._raw_sealed += table.rows(c) * self._item_nbytes
+        if self.cache is not None:
+            self.cache.invalidate((table.uid, c, int(table.version[c]) - 1))
+        self._maybe_train()
+
+    def _maybe_train(self) -> None:
+        if self._raw_sealed >= _training.TRAIN_AFTER_BYTES and _training.wants_training(self.codec):
+            _training.train(self)
+
+    def _decoded_copy(self, c: int) -> np.ndarray:
+        block = np.empty((self._table.rows(c), *self.item_shape), dtype=self.dtype)
+        self._decode_into(c, block)
+        return block
+
+    def _drop_sealed(self, c: int) -> None:
+        table = self._table
+        ref = table.unstore(c)  # first: the entry stops pointing at the bytes
+        self._cbytes_sealed -= ref.nbytes
+        self._raw_sealed -= table.rows(c) * self._item_nbytes
+        self._release(ref)
+        if self.cache is not None:
+            self.cache.invalidate((table.uid, c, int(table.version[c]) - 1))
+
+    def _free_chunk(self, c: int) -> None:
+        """Chunk ``c`` is dead: neither open nor stored afterwards."""
+        self._table.pop_open(c)
+        if self._table.is_stored(c):
+            self._drop_sealed(c)
+
+    def _release(self, ref: ChunkRef) -> None:
+        self.tier.release(ref)
