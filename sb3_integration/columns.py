@@ -25,7 +25,10 @@ import numpy as np
 from chunkstore import ChunkedArray
 from sb3_integration._common import ObservationView, same_rows
 
-__all__ = ["COLUMNS_CHUNK_LEN", "COLUMNS_CODEC", "Columns"]
+__all__ = ["COLUMNS_CHUNK_LEN", "COLUMNS_CODEC", "SMALL_ARRAYS", "Columns"]
+
+#: SB3's small per-transition arrays of a replay buffer
+SMALL_ARRAYS = ("actions", "rewards", "dones", "timeouts")
 
 #: rows per chunk: a sampled row decodes one chunk of ~1 KB
 COLUMNS_CHUNK_LEN = 64
@@ -112,10 +115,22 @@ class Columns:
         self.records.clear()
         self._batch = None
 
+    def close(self) -> None:
+        """Give the records' storage back (the columns cannot be used afterwards)."""
+        self.records.close()
+
     @property
     def nbytes(self) -> int:
         """Bytes held: compressed chunks, open chunks, chunk table."""
         return self.records.cbytes + self.records.table_nbytes
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_batch": None}
+        # the records as plain state (bytes copied now): a caller holding its buffer's lock gets
+        # this moment of them, not the one the pickler reaches later
+        return {**self.__dict__, "_batch": None, "records": self.records.state_dict()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        records = state["records"]
+        if isinstance(records, dict):  # 0.1.0 pickled the ChunkedArray itself
+            state = {**state, "records": ChunkedArray.from_state(records)}
+        self.__dict__.update(state)

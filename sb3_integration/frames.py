@@ -39,9 +39,10 @@ observation is one frame (depth 1) and rule 1 still stores ``obs[t+1] ==
 next_obs[t]`` once. Detection decides how well data compresses, never what is
 read back.
 
-The ring. All envs share one :class:`~chunkstore.ChunkedArray` of frames, in
-regions of ``F`` frames (a whole number of chunks); frame ``g`` of env ``e`` is
-item ``e * F + g % F``. ``F`` starts at about one frame per row, which is what
+The ring. All envs share one :class:`~chunkstore.ChunkedArray` of frames
+(``frames``), in regions of ``ring_frames`` frames (``F``, a whole number of
+chunks); frame ``g`` of env ``e`` is item ``e * F + g % F``. ``F`` starts at about
+one frame per row, which is what
 Atari stacks need, and grows by half (up to the worst case, ``depth`` frames
 per stack) when a stream would overwrite a frame that a live row still uses:
 growing only moves chunk-table entries (:meth:`ChunkedArray.remap`), nothing is
@@ -53,20 +54,40 @@ Reading. :meth:`FrameStore.gather` turns descriptors into frame ids (``-1`` for
 padding) and reads every frame of a batch, for every kind of stack, with one
 :meth:`ChunkedArray.take_into` straight into the output stacks (channel-first or
 channel-last): one native call per batch.
+
+The buffers' seam. What a buffer asks of a frame store is :class:`FrameStoreAPI`
+(put a row, release, gather, clear, state in and out, close, sizes); the buffers
+call nothing else, so a second implementation plugs in without touching them.
+
+Interrupts. A KeyboardInterrupt (or any exception) at any point of a call leaves
+every row other than the one being written as it was, and the store usable:
+a stream is marked "no last stack" before it moves and marked again only once
+its frames, descriptors and last stack agree; growing the ring is one swap of
+the frame array's table (``ring_frames`` is derived from it); deciding the
+layout and clearing build their new state apart and install it in one step.
+Reads and writes hold the store's lock in ``with`` blocks.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
-from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
-from sb3_integration._common import pack_array, unpack_array
+from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
+from sb3_integration.frame_state import (
+    FAR,
+    UNWRITTEN,
+    WRAP,
+    FrameStoreState,
+    check_state,
+    far_array,
+    pickle_state,
+    unpickle_state,
+)
 from sb3_integration.stacking import (
     StackLayout,
     bitwise_comparable,
@@ -83,6 +104,7 @@ __all__ = [
     "OBS",
     "UNWRITTEN",
     "FrameStore",
+    "FrameStoreAPI",
     "FrameStoreState",
     "StackLayout",
     "detect_layout",
@@ -92,62 +114,42 @@ __all__ = [
 OBS, NEXT = 0, 1
 #: stacks kept as plain copies while the layout is undetected, at most
 DETECT_MAX_PUTS = 32
-#: the ``pad`` of a stack never written: more padding than any stack has frames
-UNWRITTEN = 255
-#: a ``delta`` too large for a uint8: the frame number is kept aside
-FAR = 255
 #: frames per row the ring starts with: Atari stacks share all but one frame, and each
 #: episode adds one more (its first frame); the ring grows by half when that is short
 _START_FRAMES_PER_ROW = 1.25
 _GROWTH = 1.5
-_WRAP = 1 << 32  # slots hold global frame numbers modulo this
+#: the config a store is rebuilt from (a pickle holds it beside the state)
+_CONFIG = ("obs_shape", "dtype", "n_rows", "n_envs", "stacks_per_row", "chunk_len", "codec", "tier", "cache",
+           "threads", "dedup", "axis_order", "name")
 
 
-@dataclass
-class FrameStoreState:
-    """Everything a :class:`FrameStore` is, as plain values and arrays (for persistence).
-
-    ``frames`` is the ChunkedArray of frames (None until the layout is known);
-    the rest is small: descriptors, per-env streams, the last stack per env, and
-    stacks still waiting for layout detection.
-    """
+class FrameStoreAPI(Protocol):
+    """What a buffer asks of a frame store (the seam a second implementation plugs into)."""
 
     obs_shape: tuple[int, ...]
     dtype: np.dtype
-    n_rows: int
-    n_envs: int
-    stacks_per_row: int
-    dedup: bool
-    layout: StackLayout | None
-    ring_frames: int | None
-    slots: np.ndarray
-    deltas: np.ndarray
-    far: np.ndarray
-    pads: np.ndarray
-    heads: np.ndarray
-    released: np.ndarray
-    last_slot: np.ndarray
-    last_pad: np.ndarray
-    has_last: np.ndarray
-    last: np.ndarray | None
-    used: list[bool]
-    frames: ChunkedArray | None = None
-    pending: list[tuple[int, int, np.ndarray]] = field(default_factory=list)
+    name: str
 
-    def scalars(self) -> dict[str, Any]:
-        """The JSON-able part (everything but the arrays)."""
-        return {
-            "obs_shape": list(self.obs_shape),
-            "dtype": self.dtype.str,
-            "n_rows": self.n_rows,
-            "n_envs": self.n_envs,
-            "stacks_per_row": self.stacks_per_row,
-            "dedup": self.dedup,
-            "layout": None if self.layout is None else self.layout.to_dict(),
-            "ring_frames": self.ring_frames,
-            "used": list(self.used),
-            "pending": len(self.pending),
-        }
+    def put(self, which: int, row: int, x: np.ndarray) -> None: ...
+
+    def put_row(self, row: int, stacks: Sequence[np.ndarray]) -> None: ...
+
+    def release_before(self, row: int) -> None: ...
+
+    def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[Any]: ...
+
+    def clear(self) -> None: ...
+
+    def state_dict(self) -> FrameStoreState: ...
+
+    def load_state_dict(self, state: FrameStoreState) -> None: ...
+
+    def close(self) -> None: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    @property
+    def nbytes_stored(self) -> int: ...
 
 
 class FrameStore:
@@ -164,7 +166,8 @@ class FrameStore:
         obs; 1 for a rollout buffer).
     chunk_len, codec, tier, cache, threads
         Passed to the :class:`~chunkstore.ChunkedArray` of frames. ``tier`` is a
-        Tier or a zero-argument factory.
+        Tier (shared, not closed here: its giver closes it) or a zero-argument
+        factory (the store's own tier, closed by :meth:`close`).
     dedup
         False stores every stack whole and fresh (no sharing), for comparison.
     axis_order
@@ -183,6 +186,10 @@ class FrameStore:
     >>> bool((fs.gather([(OBS, np.array([1]))], np.array([0]))[0] == b).all())
     True
     """
+
+    frames: ChunkedArray | None
+    layout: StackLayout | None
+    last: np.ndarray | None
 
     def __init__(
         self,
@@ -215,31 +222,46 @@ class FrameStore:
         self.axis_order = tuple(axis_order)
         self.name = name
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
-        # descriptors: where the newest frame of stack [which, row, env] is (see the module
-        # docstring), and its padding; an unwritten stack is all padding, so it reads as zeros
-        self.slots = np.zeros((self.n_rows, self.n_envs), np.uint32)
-        self.deltas = np.zeros((self.stacks_per_row - 1, self.n_rows, self.n_envs), np.uint8)
-        self.far: dict[tuple[int, int, int], int] = {}  # deltas of FAR: (which, row, env) -> g mod 2**32
-        self.pads = np.full((self.stacks_per_row, self.n_rows, self.n_envs), UNWRITTEN, np.uint8)
-        self.used = [False] * self.stacks_per_row
-        self.layout: StackLayout | None = None
-        self.array: ChunkedArray | None = None
-        self.F = 0  # frames per env region of the ring
-        self._pending: list[tuple[int, int, np.ndarray]] = []
-        self._reset_streams()
+        self._closed = False
+        self.__dict__.update(self._blank())
         if not self.dedup or not self.obs_shape or not stack_candidates(self.obs_shape, self.axis_order):
             self._decide(StackLayout.whole(self.obs_shape))
 
     # -- state ---------------------------------------------------------------------
-    def _reset_streams(self) -> None:
+    def _blank(self) -> dict[str, Any]:
+        """The state of a store with nothing written and no layout, as attributes."""
+        n, spr = self.n_envs, self.stacks_per_row
+        # descriptors: where the newest frame of stack [which, row, env] is (see the module
+        # docstring), and its padding; an unwritten stack is all padding, so it reads as zeros
+        return {
+            "slots": np.zeros((self.n_rows, n), np.uint32),
+            "deltas": np.zeros((spr - 1, self.n_rows, n), np.uint8),
+            "far": {},  # deltas of FAR: (which, row, env) -> g mod 2**32
+            "pads": np.full((spr, self.n_rows, n), UNWRITTEN, np.uint8),
+            "used": [False] * spr,
+            "layout": None,
+            "frames": None,
+            "last": None,
+            "_pending": [],
+            **self._streams(None),
+        }
+
+    def _streams(self, layout: StackLayout | None) -> dict[str, Any]:
+        """Fresh per-env streams, as attributes (installed in one step)."""
         n = self.n_envs
-        self.heads = np.zeros(n, np.int64)  # global frame number of the next frame, per env
-        self.released = np.zeros(n, np.int64)  # frames below this (chunk-aligned) are freed
-        self.last_slot = np.full(n, -1, np.int64)  # global number of the last stack's newest frame
-        self.last_pad = np.zeros(n, np.int64)
-        self.has_last = np.zeros(n, bool)
-        self.last: np.ndarray | None = (
-            None if self.layout is None else np.zeros((n, *self.obs_shape), self.dtype))
+        return {
+            "heads": np.zeros(n, np.int64),  # global frame number of the next frame, per env
+            "released": np.zeros(n, np.int64),  # frames below this (chunk-aligned) are freed
+            "last_slot": np.full(n, -1, np.int64),  # global number of the last stack's newest frame
+            "last_pad": np.zeros(n, np.int64),
+            "has_last": np.zeros(n, bool),
+            "last": None if layout is None else np.zeros((n, *self.obs_shape), self.dtype),
+        }
+
+    @property
+    def ring_frames(self) -> int:
+        """Frames per env region of the ring (0 before the layout is known)."""
+        return 0 if self.frames is None else self.frames.capacity // self.n_envs
 
     @property
     def frames_written(self) -> int:
@@ -256,24 +278,31 @@ class FrameStore:
         L = self.chunk_len
         return -(-frames // L) * L
 
-    def _decide(self, layout: StackLayout) -> None:
-        """Fix the layout, build the ring, and store what waited for it."""
-        self.layout = layout
-        start = int((self.n_rows + 1) * _START_FRAMES_PER_ROW) + layout.depth + 2 * self.chunk_len
-        self.F = min(self._round(start), self.max_ring_frames)
-        tier = self.tier() if callable(self.tier) and not isinstance(self.tier, Tier) else self.tier
-        self.array = ChunkedArray(
-            self.F * self.n_envs, layout.frame_shape, self.dtype, chunk_len=self.chunk_len,
+    def _new_frames(self, layout: StackLayout, ring_frames: int) -> ChunkedArray:
+        own = callable(self.tier) and not isinstance(self.tier, Tier)
+        tier = self.tier() if own else self.tier
+        return ChunkedArray(
+            ring_frames * self.n_envs, layout.frame_shape, self.dtype, chunk_len=self.chunk_len,
             codec=self.codec, tier=tier, cache=self.cache, threads=self.threads,
             name=f"{self.name}.frames",
             max_open=self.n_envs + 1,  # each env writes its own region sequentially
+            own_tier=own or tier is None,
         )
-        self.last = np.zeros((self.n_envs, *self.obs_shape), self.dtype)
-        pending, self._pending = self._pending, []
+
+    def _decide(self, layout: StackLayout) -> None:
+        """Fix the layout, build the ring, and store what waited for it: one step for readers."""
+        start = int((self.n_rows + 1) * _START_FRAMES_PER_ROW) + layout.depth + 2 * self.chunk_len
+        scratch = FrameStore.__new__(FrameStore)  # built apart, installed whole
+        scratch.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_pending"})
+        scratch.__dict__.update({**self._blank(), **self._streams(layout), "layout": layout,
+                                 "used": list(self.used)})
+        scratch.frames = self._new_frames(layout, min(self._round(start), scratch.max_ring_frames))
+        pending = self._pending
         final = {(w, r): i for i, (w, r, _) in enumerate(pending)}  # rows overwritten meanwhile are dead
         for i, (which, row, x) in enumerate(pending):
             if final[(which, row)] == i:
-                self._put(which, row, x)
+                scratch._put(which, row, x)
+        self.__dict__.update(scratch.__dict__)  # the one step
 
     def ensure_layout(self) -> StackLayout:
         """Decide the layout now (whole observations if nothing stacked yet)."""
@@ -287,6 +316,7 @@ class FrameStore:
     def put(self, which: int, row: int, x: np.ndarray) -> None:
         """Store ``x`` (``(n_envs, *obs_shape)``, our dtype, validated by the caller) at ``[which, row]``."""
         with self._lock:
+            self._check_open()
             if self.layout is None:
                 self._put_pending(which, row, x)
             else:
@@ -324,29 +354,32 @@ class FrameStore:
                     self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
                     continue
                 if k > 1 and same(xe[older], le[newer]):
+                    pad = max(int(self.last_pad[e]) - 1, 0)
+                    self.has_last[e] = False  # the stream moves: its last stack is stale until _remember
                     self._append(e, lay.frames(xe, k - 1))
-                    self._remember(which, row, e, xe, max(int(self.last_pad[e]) - 1, 0))
+                    self._remember(which, row, e, xe, pad)
                     continue
             xs = lay.frames(xe, 0)
             pad = 0
             while pad < k and is_zero(xs[pad]):
                 pad += 1
+            self.has_last[e] = False
             self._append(e, xs[pad:])
             self._remember(which, row, e, xe, pad)
         self.used[which] = True
 
     def _remember(self, which: int, row: int, e: int, x: np.ndarray, pad: int) -> None:
         newest = int(self.heads[e]) - 1
-        self.last_slot[e], self.last_pad[e] = newest, pad
         assert self.last is not None
         self.last[e] = x
-        self.has_last[e] = True
         self._describe(which, row, e, newest, pad)
+        self.last_slot[e], self.last_pad[e] = newest, pad
+        self.has_last[e] = True  # last: the stream, its last stack and its descriptors agree
 
     def _describe(self, which: int, row: int, e: int, newest: int, pad: int) -> None:
         self.pads[which, row, e] = pad
         if which == 0:
-            self.slots[row, e] = newest % _WRAP
+            self.slots[row, e] = newest % WRAP
             if self.stacks_per_row > 1:  # the other kinds were relative to the old first stack
                 self.pads[1:, row, e] = UNWRITTEN
                 if self.far:
@@ -360,7 +393,7 @@ class FrameStore:
                 self.far.pop((which, row, e), None)
         else:
             self.deltas[which - 1, row, e] = FAR
-            self.far[(which, row, e)] = newest % _WRAP
+            self.far[(which, row, e)] = newest % WRAP
 
     def _newest(self, which: int, row: int, e: int) -> int:
         """Global frame number of the newest frame of a written stack."""
@@ -368,7 +401,7 @@ class FrameStore:
         if which and self.deltas[which - 1, row, e] != FAR:
             return self._newest(0, row, e) + int(self.deltas[which - 1, row, e])
         low = self.far[(which, row, e)] if which else int(self.slots[row, e])
-        return head - ((head - low) % _WRAP)
+        return head - ((head - low) % WRAP)
 
     def _append(self, e: int, frames: np.ndarray) -> None:
         """Append ``frames`` (``(m, *frame_shape)``) to env ``e``'s stream: one copy into the open chunk."""
@@ -376,9 +409,9 @@ class FrameStore:
         if m == 0:
             return
         g = int(self.heads[e])
-        if g + m - int(self.released[e]) > self.F:
+        if g + m - int(self.released[e]) > self.ring_frames:
             self._grow(g + m - int(self.released[e]))
-        arr, F = self.array, self.F
+        arr, F = self.frames, self.ring_frames
         assert arr is not None
         base, local = e * F, g % F
         first = min(m, F - local)  # the run wraps around the ring at most once
@@ -388,11 +421,11 @@ class FrameStore:
             arr.write(base + local, frames[:first])
             if first < m:
                 arr.write(base, frames[first:])
-        self.heads[e] = g + m
+        self.heads[e] = g + m  # frames past the head are invisible: this is the step that adds them
 
     def _grow(self, need: int) -> None:
         """Grow the ring by half (at least to ``need`` frames per env), keeping every live chunk."""
-        arr, L, old = self.array, self.chunk_len, self.F
+        arr, L, old = self.frames, self.chunk_len, self.ring_frames
         assert arr is not None
         new = min(max(self._round(need), self._round(int(_GROWTH * old))), self.max_ring_frames)
         if new < need:  # pragma: no cover - the worst-case bound makes this unreachable
@@ -402,17 +435,16 @@ class FrameStore:
             live = np.arange(int(self.released[e]) // L, -(-int(self.heads[e]) // L), dtype=np.int64)
             src.append(e * (old // L) + live % (old // L))
             dst.append(e * (new // L) + live % (new // L))
-        arr.remap(new * self.n_envs, np.concatenate(src), np.concatenate(dst))
-        self.F = new
+        arr.remap(new * self.n_envs, np.concatenate(src), np.concatenate(dst))  # one step: ring_frames follows
 
     def release_before(self, row: int) -> None:
         """``row`` is the oldest live row: free whole chunks of frames no live row can use.
 
         Call it after the ring of rows has wrapped (every row written), before
-        overwriting the row that precedes ``row``.
+        overwriting the row that precedes ``row``. Repeating it is harmless.
         """
         with self._lock:
-            if self.layout is None or self.array is None:
+            if self.layout is None or self.frames is None:
                 return
             k, L = self.layout.depth, self.chunk_len
             used = [w for w in range(self.stacks_per_row) if self.used[w]]
@@ -426,10 +458,10 @@ class FrameStore:
                 aligned = max(low, 0) // L * L
                 if aligned > self.released[e]:
                     self._free(e, int(self.released[e]), aligned)
-                    self.released[e] = aligned
+                    self.released[e] = aligned  # after the frees: an interrupt repeats them, harmlessly
 
     def _free(self, e: int, g0: int, g1: int) -> None:
-        arr, F = self.array, self.F
+        arr, F = self.frames, self.ring_frames
         assert arr is not None
         base = e * F
         if g1 - g0 >= F:
@@ -445,15 +477,13 @@ class FrameStore:
     def clear(self) -> None:
         """Everything back to zeros (unwritten); the detected layout and ring are kept."""
         with self._lock:
-            if self.array is not None:
-                self.array.clear()
-            self.slots[...] = 0
-            self.deltas[...] = 0
-            self.far.clear()
-            self.pads[...] = UNWRITTEN
-            self.used = [False] * self.stacks_per_row
-            self._pending = []
-            self._reset_streams()
+            self._check_open()
+            self.has_last[:] = False  # first: no put extends a stream about to be freed
+            self.pads[...] = UNWRITTEN  # every row reads as zeros from here on
+            if self.frames is not None:
+                self.frames.clear()
+            fresh = {**self._blank(), **self._streams(self.layout), "layout": self.layout, "frames": self.frames}
+            self.__dict__.update(fresh)  # one step
 
     # -- reading -------------------------------------------------------------------
     def frame_ids(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
@@ -462,7 +492,7 @@ class FrameStore:
         ``which``, ``rows`` and ``envs`` broadcast together (int64, in range).
         """
         lay = self.ensure_layout()
-        k, F = lay.depth, self.F
+        k, F = lay.depth, self.ring_frames
         if native.available():
             w = np.full(len(rows), which, np.int64) if np.isscalar(which) else np.asarray(which, np.int64)
             out = np.empty((len(rows), k), np.int64)
@@ -478,7 +508,7 @@ class FrameStore:
     def _frame_ids_numpy(self, which: Any, rows: np.ndarray, envs: np.ndarray, k: int, F: int) -> np.ndarray:
         heads = self.heads[envs]
         # the newest frame's global number, from its low 32 bits and the stream head
-        ids = heads - ((heads - self.slots[rows, envs]) % _WRAP)
+        ids = heads - ((heads - self.slots[rows, envs]) % WRAP)
         if self.stacks_per_row > 1 and np.any(which):
             w = np.broadcast_to(np.asarray(which, np.int64), ids.shape)
             delta = np.where(w > 0, self.deltas[np.maximum(w - 1, 0), rows, envs], 0)
@@ -486,7 +516,7 @@ class FrameStore:
             for i in np.flatnonzero(delta == FAR).tolist():  # rare: kept aside
                 key = (int(w[i]), int(rows[i]), int(envs[i]))
                 if key in self.far:
-                    ids[i] = heads[i] - ((heads[i] - self.far[key]) % _WRAP)
+                    ids[i] = heads[i] - ((heads[i] - self.far[key]) % WRAP)
         ids += envs * F - ids // F * F  # its item: env region + position in the ring
         if k > 1:
             ids = ids[:, None] + np.arange(1 - k, 1)
@@ -505,6 +535,7 @@ class FrameStore:
         each a C-contiguous slice of one output block read with one native call.
         """
         with self._lock:
+            self._check_open()
             lay = self.ensure_layout()
             n, m = len(envs), len(requests)
             out = np.empty((m * n, *self.obs_shape), self.dtype)
@@ -517,8 +548,8 @@ class FrameStore:
                     for i, (w, r) in enumerate(requests):
                         which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
                     envs = np.tile(envs, m)
-                assert self.array is not None
-                self.array.take_into(self.frame_ids(which, rows, envs), lay.split(out))
+                assert self.frames is not None
+                self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
 
     # -- sizes -----------------------------------------------------------------------
@@ -532,12 +563,12 @@ class FrameStore:
     def nbytes_stored(self) -> int:
         """Compressed frames, open chunks, chunk table, descriptors, and stacks awaiting detection."""
         total = self.index_nbytes + sum(x.nbytes for _, _, x in self._pending)
-        if self.array is not None:
-            total += self.array.cbytes + self.array.table_nbytes
+        if self.frames is not None:
+            total += self.frames.cbytes + self.frames.table_nbytes
         return total
 
     def info(self) -> dict[str, Any]:
-        lay, arr = self.layout, self.array
+        lay, arr = self.layout, self.frames
         return {
             "name": self.name,
             "obs_shape": self.obs_shape,
@@ -546,7 +577,7 @@ class FrameStore:
             "stack_axis": lay.axis if lay else None,
             "frame_width": lay.width if lay else None,
             "depth": lay.depth if lay else None,
-            "ring_frames": self.F if lay else None,
+            "ring_frames": self.ring_frames if lay else None,
             "frames_written": self.frames_written,
             "frames_cbytes": arr.cbytes if arr else 0,
             "sealed_chunks": arr.nchunks if arr else 0,
@@ -558,111 +589,97 @@ class FrameStore:
             "chunk_len": self.chunk_len,
         }
 
+    # -- ownership -------------------------------------------------------------------
+    def close(self) -> None:
+        """Give the frames' storage back (the tier too if this store made it); unusable after."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self.frames is not None:
+                self.frames.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.name}: the store is closed")
+
     # -- state in, state out ---------------------------------------------------------
-    def state(self) -> FrameStoreState:
-        """What this store is (arrays are shared, not copied; the frame array is flushed by savers)."""
+    def state_dict(self) -> FrameStoreState:
+        """This store at this moment (copies; the frames as a snapshot): close it when done.
+
+        The store may go on being written meanwhile; the state does not change.
+        """
         with self._lock:
             return FrameStoreState(
                 obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
                 stacks_per_row=self.stacks_per_row, dedup=self.dedup, layout=self.layout,
-                ring_frames=self.F if self.layout is not None else None,
-                slots=self.slots, deltas=self.deltas, far=_far_array(self.far), pads=self.pads,
-                heads=self.heads, released=self.released,
-                last_slot=self.last_slot, last_pad=self.last_pad, has_last=self.has_last,
-                last=self.last, used=list(self.used), frames=self.array, pending=list(self._pending),
+                ring_frames=self.ring_frames if self.layout is not None else None,
+                slots=self.slots.copy(), deltas=self.deltas.copy(), far=far_array(self.far),
+                pads=self.pads.copy(), heads=self.heads.copy(), released=self.released.copy(),
+                last_slot=self.last_slot.copy(), last_pad=self.last_pad.copy(), has_last=self.has_last.copy(),
+                last=None if self.last is None else self.last.copy(), used=list(self.used),
+                frames=None if self.frames is None else self.frames.snapshot(),
+                pending=[(w, r, x.copy()) for w, r, x in self._pending],
             )
 
-    def load_state(self, state: FrameStoreState) -> None:
-        """Become ``state`` (from :meth:`state`, or read from a file and checked there).
+    def load_state_dict(self, state: FrameStoreState) -> None:
+        """Become ``state`` (from :meth:`state_dict`, a file or a pickle), in one step.
 
-        Raises ValueError when the state does not fit this store's geometry.
+        A frames ChunkedArray in the state is adopted as it is (its tier with it); a
+        snapshot or plain state is copied into a new array on this store's tier.
+        Raises ValueError (and changes nothing) when the state does not fit.
         """
-        want = (self.obs_shape, self.dtype, self.n_rows, self.n_envs, self.stacks_per_row, self.dedup)
-        got = (tuple(state.obs_shape), np.dtype(state.dtype), state.n_rows, state.n_envs,
-               state.stacks_per_row, state.dedup)
-        if got != want:
-            raise ValueError(f"{self.name}: saved as {got}, this store is {want} "
-                             "(obs_shape, dtype, rows, envs, stacks per row, dedup)")
-        n, spr = self.n_envs, self.stacks_per_row
-        _check(state.slots, (self.n_rows, n), np.uint32, "slots")
-        _check(state.deltas, (spr - 1, self.n_rows, n), np.uint8, "deltas")
-        _check(state.far, (len(state.far), 4), np.int64, "far")
-        _check(state.pads, (spr, self.n_rows, n), np.uint8, "pads")
-        far = state.far
-        if far.size and (far[:, 0].min() < 1 or far[:, 0].max() >= spr or far[:, 1].min() < 0
-                         or far[:, 1].max() >= self.n_rows or far[:, 2].min() < 0 or far[:, 2].max() >= n
-                         or far[:, 3].min() < 0 or far[:, 3].max() >= _WRAP):
-            raise ValueError(f"{self.name}: far deltas out of range")
-        for name in ("heads", "released", "last_slot", "last_pad"):
-            _check(getattr(state, name), (n,), np.int64, name)
-        _check(state.has_last, (n,), np.bool_, "has_last")
-        if np.any(state.heads < 0) or np.any(state.released < 0) or np.any(state.released > state.heads):
-            raise ValueError(f"{self.name}: stream positions out of range")
-        if np.any((state.pads > (state.layout.depth if state.layout else 1)) & (state.pads != UNWRITTEN)):
-            raise ValueError(f"{self.name}: pads hold more padding than a stack has frames")
-        # every stack with a stored frame has its newest frame in its stream
-        written = state.pads[0] < (state.layout.depth if state.layout else 0)
-        if state.layout is not None and written.any():
-            heads = state.heads[None, :].astype(np.int64)
-            back = ((heads - state.slots.astype(np.int64)) % _WRAP)[written]
-            live = np.broadcast_to(state.heads - state.released, written.shape)[written]
-            if back.min() < 1 or np.any(back > live):
-                raise ValueError(f"{self.name}: slots point at frames outside the stored stream")
+        check_state(state, obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
+                    stacks_per_row=self.stacks_per_row, dedup=self.dedup, chunk_len=self.chunk_len,
+                    max_ring_frames=self._round((self.n_rows + 1) * self.stacks_per_row
+                                                * (state.layout.depth if state.layout else 1)
+                                                + 2 * self.chunk_len),
+                    name=self.name)
+        frames = state.frames
+        if isinstance(frames, ArraySnapshot):
+            own = callable(self.tier) and not isinstance(self.tier, Tier)
+            tier = self.tier() if own else self.tier
+            frames = ChunkedArray.from_state(frames, tier=tier, cache=self.cache)
+            frames.own_tier = own or tier is None
+        elif isinstance(frames, dict):
+            frames = ChunkedArray.from_state(frames)
+        if frames is not None:
+            frames.max_open = self.n_envs + 1
+        new = {
+            "slots": state.slots, "deltas": state.deltas, "pads": state.pads,
+            "far": {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()},
+            "heads": state.heads, "released": state.released, "last_slot": state.last_slot,
+            "last_pad": state.last_pad, "has_last": state.has_last, "used": [bool(u) for u in state.used],
+            "_pending": list(state.pending), "layout": state.layout,
+            "frames": frames if state.layout is not None else None,
+            "last": state.last if state.layout is not None else None,
+        }
         with self._lock:
-            self.slots, self.deltas, self.pads = state.slots, state.deltas, state.pads
-            self.far = {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()}
-            self.heads, self.released = state.heads, state.released
-            self.last_slot, self.last_pad, self.has_last = state.last_slot, state.last_pad, state.has_last
-            self.used = [bool(u) for u in state.used]
-            self._pending = list(state.pending)
-            self.layout = state.layout
-            if state.layout is None:
-                self.array, self.last, self.F = None, None, 0
-                return
-            lay = state.layout
-            F = int(state.ring_frames or 0)
-            if F < 1 or F % self.chunk_len or self.max_ring_frames < F:
-                raise ValueError(f"{self.name}: ring of {F} frames does not fit chunk_len "
-                                 f"{self.chunk_len} and {self.n_rows} rows")
-            frames = state.frames
-            want_arr = ((F * n, *lay.frame_shape), self.dtype)
-            if frames is None or (frames.shape, frames.dtype) != want_arr:
-                got_arr = None if frames is None else (frames.shape, frames.dtype)
-                raise ValueError(f"{self.name}: frames are {got_arr}; the layout needs {want_arr}")
-            _check(state.last, (n, *self.obs_shape), self.dtype, "last")
-            frames.max_open = n + 1
-            self.array, self.F, self.last = frames, F, state.last
-
-    # -- pickling: compressed chunks and small arrays; caches and threads are rebuilt --
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        for name in ("slots", "deltas", "pads"):
-            state[name] = pack_array(state[name])
-        if callable(state["tier"]) or isinstance(state["tier"], Tier):
-            state["tier"] = None  # a tier is live storage; the pickle holds the chunks themselves
-        if isinstance(state["cache"], LRUChunkCache):
-            state["cache"] = state["cache"].max_bytes
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for name in ("slots", "deltas", "pads"):
-            state[name] = unpack_array(state[name])
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+            old = self.frames
+            self.__dict__.update(new)  # one step
+            if old is not None and old is not self.frames:
+                old.close()
 
     def share_cache(self, cache: LRUChunkCache | int) -> None:
         """Use one shared decoded-chunk cache (after unpickling); 0 for none."""
         self.cache = cache
-        if self.array is not None:
-            self.array.cache = cache if isinstance(cache, LRUChunkCache) else None
+        if self.frames is not None:
+            self.frames.cache = cache if isinstance(cache, LRUChunkCache) else None
 
+    # -- pickling: compressed chunks and small arrays, through the state -------------
+    def _config(self) -> dict[str, Any]:
+        config = {name: getattr(self, name) for name in _CONFIG}
+        config["tier"] = None  # a tier is live storage; the pickle holds the chunks themselves
+        if isinstance(config["cache"], LRUChunkCache):
+            config["cache"] = config["cache"].max_bytes
+        return config
 
-def _far_array(far: dict[tuple[int, int, int], int]) -> np.ndarray:
-    return np.array([[w, r, e, g] for (w, r, e), g in sorted(far.items())], np.int64).reshape(-1, 4)
+    def __getstate__(self) -> dict[str, Any]:
+        with self.state_dict() as state:
+            return pickle_state(state, self._config())
 
-
-def _check(a: Any, shape: tuple[int, ...], dtype: Any, name: str) -> None:
-    if not isinstance(a, np.ndarray) or a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
-        got = (getattr(a, "shape", None), getattr(a, "dtype", type(a).__name__))
-        raise ValueError(f"{name}: expected shape {tuple(shape)} and dtype {np.dtype(dtype)}, got {got}")
+    def __setstate__(self, data: dict[str, Any]) -> None:
+        config, state = unpickle_state(data)
+        init = {k: config.pop(k) for k in ("obs_shape", "dtype", "n_rows")}
+        self.__init__(**init, **config)  # type: ignore[misc]
+        self.load_state_dict(state)

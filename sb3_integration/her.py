@@ -101,6 +101,48 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
                          optimize_memory_usage, handle_timeout_termination, n_sampled_goal,
                          goal_selection_strategy, copy_info_dict)
 
+    def add(self, obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], action: np.ndarray,  # type: ignore[override]
+            reward: np.ndarray, done: np.ndarray, infos: list[dict[str, Any]]) -> None:
+        """SB3's HER ``add``, all or nothing.
+
+        SB3's bookkeeping runs before and after the transition is stored; if an
+        exception (Ctrl-C) interrupts it, what ran before is undone when the
+        transition was not stored, and what comes after is completed when it was.
+        """
+        with self._lock:
+            pos, full = self.pos, self.full
+            saved = self._bookkeeping(pos)
+            try:
+                super().add(obs, next_obs, action, reward, done, infos)
+            except BaseException:
+                if (self.pos, self.full) == (pos, full):
+                    self._restore_bookkeeping(pos, saved)
+                else:  # stored: finish the episode lengths (repeating one is harmless)
+                    for env_idx in range(self.n_envs):
+                        if done[env_idx]:
+                            self._compute_episode_length(env_idx)
+                raise
+
+    def _bookkeeping(self, pos: int) -> dict[str, Any]:
+        """What SB3's ``add`` changes before it stores row ``pos``, copied."""
+        old_episodes = []
+        for env_idx in range(self.n_envs):
+            length = int(self.ep_length[pos, env_idx])
+            if length > 0:
+                rows = np.arange(pos, int(self.ep_start[pos, env_idx]) + length) % self.buffer_size
+                old_episodes.append((env_idx, rows, self.ep_length[rows, env_idx].copy()))
+        return {"episodes": old_episodes, "ep_start": self.ep_start[pos].copy(),
+                "current": self._current_ep_start.copy(),
+                "infos": self.infos[pos].copy() if self.copy_info_dict else None}
+
+    def _restore_bookkeeping(self, pos: int, saved: dict[str, Any]) -> None:
+        for env_idx, rows, lengths in saved["episodes"]:
+            self.ep_length[rows, env_idx] = lengths
+        self.ep_start[pos] = saved["ep_start"]
+        self._current_ep_start[:] = saved["current"]
+        if saved["infos"] is not None:
+            self.infos[pos] = saved["infos"]
+
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:  # type: ignore[override]
         """SB3's HER sample (real and relabelled halves), observations converted as sb3-extra-buffers'."""
         samples = super().sample(batch_size, env)

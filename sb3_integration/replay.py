@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -42,7 +42,7 @@ from stable_baselines3.common.buffers import (
 )
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore import ChunkstoreError, Codec, FormatError, LRUChunkCache, Tier, get_codec
+from chunkstore import Codec, LRUChunkCache, Tier, get_codec
 from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     DEFAULT_CACHE_BYTES,
@@ -57,17 +57,15 @@ from sb3_integration._common import (
     subspaces,
     unpack_array,
 )
-from sb3_integration.columns import Columns
+from sb3_integration.columns import SMALL_ARRAYS, Columns
 from sb3_integration.errors import SpaceMismatchError
 from sb3_integration.extra_buffers import (
     convert_samples,
     describe,
-    extra_buffers_args_of,
     parse_extra_buffers_args,
 )
 from sb3_integration.frames import NEXT, OBS, FrameStore
-from sb3_integration.persistence import ReplayState, read_replay, write_replay
-from sb3_integration.spaces import space_from_dict, space_to_dict
+from sb3_integration.persistence import ReplayFiles
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -78,7 +76,7 @@ __all__ = [
     "CompressedReplayBuffer",
 ]
 
-_SMALL_ARRAYS = ("actions", "rewards", "dones", "timeouts")
+_SMALL_ARRAYS = SMALL_ARRAYS
 #: ``small_arrays="auto"`` compresses SB3's small arrays from this many transitions on: below
 #: it they are a few MB, and reading them raw keeps a sample cheaper
 COMPRESS_SMALL_FROM = 1_000_000
@@ -87,7 +85,7 @@ B = TypeVar("B", bound="_CompressedReplayMixin")
 _LEGACY_DEFAULTS = {"normalize_images": False, "output_dtype": None}
 
 
-class _CompressedReplayMixin(ClosableBuffer):
+class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     """Observation storage shared by the replay buffers (put before the SB3 class).
 
     ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence`.
@@ -167,6 +165,7 @@ class _CompressedReplayMixin(ClosableBuffer):
         self._columns: Columns | None = None
         self._init_small_arrays()
 
+        self._lock = threading.RLock()  # add/reset/extend and a state capture exclude each other
         self.store_options = options
         self.compression_method = get_codec(options.compression_method).name
         self.chunk_len = options.chunk_len
@@ -274,27 +273,54 @@ class _CompressedReplayMixin(ClosableBuffer):
         """SB3's ``add``; raises ValueError (and changes nothing) on a wrong shape or a lossy dtype."""
         obs_in, next_in = self._coerce(obs, "obs"), self._coerce(next_obs, "next_obs")
         small = self._small_values(action, reward, done, infos)
-        if self.full and self.pos % self.chunk_len == 0:  # frees whole chunks: once per chunk of rows
-            for store in self._stores.values():
-                store.release_before((self.pos + 1) % self.buffer_size)
-        for key, store in self._stores.items():
-            store.put_row(self.pos, (obs_in[key], next_in[key]))
-        if self._columns is not None:
-            self._columns.write_row(self.pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
-        else:
-            for name, value in zip(_SMALL_ARRAYS, small, strict=False):
-                getattr(self, name)[self.pos] = value
-        self.pos += 1
-        if self.pos == self.buffer_size:
+        with self._lock:
+            # an interrupt anywhere below leaves only row pos torn (pos has not moved), and the
+            # next add rewrites it: the frame stores keep every other row intact
+            pos = self.pos
+            if self.full and pos % self.chunk_len == 0:  # frees whole chunks: once per chunk of rows
+                for store in self._stores.values():
+                    store.release_before((pos + 1) % self.buffer_size)
+            for key, store in self._stores.items():
+                store.put_row(pos, (obs_in[key], next_in[key]))
+            if self._columns is not None:
+                self._columns.write_row(pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
+            else:
+                for name, value in zip(_SMALL_ARRAYS, small, strict=False):
+                    getattr(self, name)[pos] = value
+            self._advance(pos)
+
+    def _advance(self, pos: int) -> None:
+        """Row ``pos`` is written: move on (``full`` first, so ``pos`` is never out of range)."""
+        if pos + 1 == self.buffer_size:
             self.full = True
             self.pos = 0
+        else:
+            self.pos = pos + 1
 
     def reset(self) -> None:
-        super().reset()  # type: ignore[misc]
-        for store in self._stores.values():
-            store.clear()
-        if self._columns is not None:
-            self._columns.clear()
+        with self._lock:
+            super().reset()  # type: ignore[misc]
+            for store in self._stores.values():
+                store.clear()
+            if self._columns is not None:
+                self._columns.clear()
+
+    @property
+    def frame_stores(self) -> dict[Any, FrameStore]:
+        """The frame store of each observation key (None for a non-Dict space)."""
+        return dict(self._stores)
+
+    def close(self) -> None:
+        """Give the storage back now: every frame store's (and their tiers), the small arrays',
+        and a tier instance given to the constructor. The buffer cannot be used afterwards."""
+        with self._lock:
+            for store in self._stores.values():
+                store.close()
+            if self._columns is not None:
+                self._columns.close()
+            tier = self.store_options.tier
+            if isinstance(tier, Tier):  # given to this buffer: it holds this buffer's chunks
+                tier.close()
 
     # -- reading ---------------------------------------------------------------------------
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -381,165 +407,45 @@ class _CompressedReplayMixin(ClosableBuffer):
         }
         return info
 
-    # -- state in, state out; files ----------------------------------------------------------
-    def replay_state(self) -> ReplayState:
-        """What this buffer is, as data (arrays shared, not copied)."""
-        arguments: dict[str, Any] = {
-            "buffer_size": self.buffer_size,  # rows per env (SB3's argument is rows * n_envs)
-            "n_envs": self.n_envs,
-            "optimize_memory_usage": self.optimize_memory_usage,
-            "handle_timeout_termination": self.handle_timeout_termination,
-            "observation_space": space_to_dict(self.observation_space),
-            "action_space": space_to_dict(self.action_space),
-            "compression_method": self.compression_method,
-            "chunk_len": self.chunk_len,
-            "cache_bytes": self._cache_bytes,
-            "frame_dedup": self.frame_dedup,
-            "small_arrays": self.small_arrays,
-        }
-        if hasattr(self, "n_steps"):
-            arguments.update(n_steps=self.n_steps, gamma=self.gamma)  # type: ignore[attr-defined]
-        arguments.update(extra_buffers_args_of(self).saved())
-        kwargs, extra_arrays = self._extra_file_state()
-        arguments.update(kwargs)
-        arrays = {} if self._columns is not None else {name: getattr(self, name) for name in _SMALL_ARRAYS}
-        arrays.update({f"extra/{name}": value for name, value in extra_arrays.items()})
-        return ReplayState(
-            buffer_class=type(self).__name__, arguments=arguments, pos=self.pos, full=self.full,
-            arrays=arrays,
-            chunked={} if self._columns is None else {"transitions": self._columns.records},
-            stores={key: fs.state() for key, fs in self._stores.items()},
-        )
-
-    @classmethod
-    def from_replay_state(cls: type[B], state: ReplayState, *, device: Any = "auto",
-                          tier: Tier | None = None) -> B:
-        """A buffer that is ``state``; ValueError/TypeError when the state does not fit."""
-        a = dict(state.arguments)
-        rows, n_envs = int(a.pop("buffer_size")), int(a["n_envs"])
-        obs_space = space_from_dict(a.pop("observation_space"))
-        act_space = space_from_dict(a.pop("action_space"))
-        buf = cls(rows * n_envs, obs_space, act_space, device=device, tier=tier, **a)  # type: ignore[call-arg]
-        if not 0 <= state.pos < buf.buffer_size:
-            raise ValueError(f"pos {state.pos} is outside 0..{buf.buffer_size - 1}")
-        if set(state.stores) != set(buf._stores):
-            raise ValueError(f"observation keys {list(state.stores)} do not match the space's {list(buf._stores)}")
-        buf._load_small_arrays(state)
-        for key, fs in buf._stores.items():
-            fs.load_state(state.stores[key])
-            fs.share_cache(fs.cache)
-        buf.pos, buf.full = state.pos, state.full
-        buf._restore_extra_file_state({name[len("extra/"):]: value for name, value in state.arrays.items()
-                                       if name.startswith("extra/")})
-        return buf
-
-    # -- what a subclass (HER, the sb3-extra-buffers classes) adds to its state --------------
-    def _extra_file_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """``(constructor kwargs, arrays)`` a subclass saves besides the replay buffer.
-
-        The kwargs (JSON values) join the saved constructor arguments; the arrays
-        (numeric numpy arrays, saved as extras ``extra/<name>``) are handed to
-        :meth:`_restore_extra_file_state` on the rebuilt buffer.
-        """
-        return {}, {}
-
-    def _restore_extra_file_state(self, arrays: dict[str, np.ndarray]) -> None:
-        """Put back the arrays of :meth:`_extra_file_state` (the default saves none)."""
-
-    def _load_small_arrays(self, state: ReplayState) -> None:
-        records = state.chunked.get("transitions")
-        if records is not None:  # saved compressed
-            cols = Columns(self.buffer_size, self.n_envs, self._small_fields(), records=records)
-            arrays = {} if self._columns is not None else {n: np.asarray(v) for n, v in cols.views().items()}
-        else:
-            cols, arrays = None, dict(state.arrays)
-            for name, (dtype, shape) in self._small_fields().items():
-                value, want = arrays.get(name), ((self.buffer_size, self.n_envs, *shape), np.dtype(dtype))
-                if not isinstance(value, np.ndarray) or (value.shape, value.dtype) != want:
-                    got = None if value is None else (value.shape, value.dtype)
-                    raise ValueError(f"{name} is {got}; this buffer needs {want}")
-        if self._columns is None:
-            for name in _SMALL_ARRAYS:
-                setattr(self, name, arrays[name])
-        elif cols is not None:
-            self._init_small_arrays(records)
-        else:  # saved raw, kept compressed: one bulk write
-            recs = np.zeros(self.buffer_size, self._columns.dtype)
-            for name in _SMALL_ARRAYS:
-                recs[name] = arrays[name]
-            self._columns.records.write(0, recs)
-
-    def save(self, path: str | os.PathLike[str], *, progress: bool = False) -> None:
-        """Write this buffer to one HDF5 file, atomically (see :mod:`sb3_integration.persistence`).
-
-        Open chunks are sealed first; the buffer keeps working unchanged.
-        """
-        write_replay(path, self.replay_state(), progress=progress)
-
-    @classmethod
-    def load(cls: type[B], path: str | os.PathLike[str], device: Any = "auto", *, lazy: bool = True,
-             tier: Tier | None = None, verify: bool | None = None) -> B:
-        """The buffer saved in ``path``, ready to sample and to keep adding to.
-
-        Parameters
-        ----------
-        path
-            A file written by :meth:`save` from a buffer of this class.
-        device
-            Where sampled tensors go, as in SB3 (``model.device`` when resuming a model).
-        lazy
-            True: chunks stay in the (memory-mapped) file until read; new chunks go
-            to RAM or ``tier``. False: every chunk is copied into RAM or ``tier``.
-            Replace a lazily loaded file only by renaming a new one over it.
-        tier
-            Where chunks written after the load (lazy) or all chunks (eager) live.
-        verify
-            None: check each chunk's CRC32 when loaded (eager) or first read (lazy);
-            True: also check all of them up front when lazy; False: no checks.
-
-        Raises
-        ------
-        FormatError
-            Not a saved buffer, a buffer of another class, an unknown version, or
-            damaged buffer state.
-        CorruptChunkError
-            A damaged chunk (names the array and chunk).
-        """
-        state, store = read_replay(path, cls.__name__, lazy=lazy, tier=tier, verify=verify)
-        try:
-            return cls.from_replay_state(state, device=device, tier=tier)
-        except ChunkstoreError:
-            store.close()
-            raise
-        except (KeyError, TypeError, ValueError) as e:
-            store.close()
-            raise FormatError(f"{os.fspath(path)}: damaged replay buffer state: {e}") from e
-        except BaseException:
-            store.close()
-            raise
-
-    # -- pickling: compressed chunks; caches, views and thread pools are rebuilt ---------------
+    # -- pickling: one moment of the buffer, through the frame stores' state ------------------
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for name in ("observations", "next_observations", "_plan", "_memo", "_owned"):
-            state.pop(name, None)
-        # a pickled buffer loads into RAM (FrameStore drops its tier too): no tier, which may
-        # hold locks, open files or a lambda, goes into the pickle
-        state["store_options"] = dataclasses.replace(self.store_options, tier=None)
-        for name in _SMALL_ARRAYS:
+        with self._lock:  # the writer is held out while the moment is captured
+            state = self.__dict__.copy()
+            for name in ("observations", "next_observations", "_plan", "_memo", "_owned", "_lock"):
+                state.pop(name, None)
+            # a pickled buffer loads into RAM: no tier, which may hold locks, open files or a
+            # lambda, goes into the pickle
+            state["store_options"] = dataclasses.replace(self.store_options, tier=None)
+            state["_stores"] = {key: fs.__getstate__() for key, fs in self._stores.items()}
             if self._columns is not None:
-                state.pop(name, None)  # views: rebuilt from the columns
+                state["_columns"] = self._columns.__getstate__()
+                for name in _SMALL_ARRAYS:
+                    state.pop(name, None)  # views: rebuilt from the columns
             else:
-                state[name] = pack_array(state[name])
+                for name in _SMALL_ARRAYS:
+                    state[name] = pack_array(state[name])
+            for name, value in state.items():  # a subclass's arrays (HER's episode bookkeeping)
+                if isinstance(value, np.ndarray):
+                    state[name] = value.copy()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, default in _LEGACY_DEFAULTS.items():  # pickles of 0.1.0's internal classes lack them
             state.setdefault(name, default)
-        if state.get("_columns") is None:
+        stores = state["_stores"]
+        for key, fs in list(stores.items()):
+            if isinstance(fs, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
+                stores[key] = FrameStore.__new__(FrameStore)
+                stores[key].__setstate__(fs)
+        columns = state.get("_columns")
+        if isinstance(columns, dict):
+            state["_columns"] = Columns.__new__(Columns)
+            state["_columns"].__setstate__(columns)
+        elif columns is None:
             for name in _SMALL_ARRAYS:
                 state[name] = unpack_array(state[name])
         self.__dict__.update(state)
+        self._lock = threading.RLock()
         if self._columns is not None:
             for name, view in self._columns.views().items():
                 setattr(self, name, view)

@@ -23,6 +23,7 @@ runs unchanged; only ``reset``, ``add`` and ``_get_samples`` are replaced).
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from functools import partial
 from typing import Any
 
@@ -127,12 +128,41 @@ class _CompressedRolloutMixin(ClosableBuffer):
         }
         self.observations = views.get(None, views)  # type: ignore[assignment]
 
+    @property
+    def frame_stores(self) -> dict[Any, FrameStore]:
+        """The frame store of each observation key (None for a non-Dict space)."""
+        return dict(self._stores)
+
+    def close(self) -> None:
+        """Give the frame stores' storage back now; the buffer cannot be used afterwards."""
+        for fs in self._stores.values():
+            fs.close()
+
     def _read(self, key: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
         return self._stores[key].gather([(OBS, rows)], envs)[0]
 
     def reset(self) -> None:
+        _reset_fields(self)  # first: from here no row is visible, so clearing the stores hides nothing
         self._reset_observations()
-        _reset_fields(self)
+
+    def get(self, batch_size: int | None = None) -> Generator[Any, None, None]:
+        """SB3's ``get``, with its one-time flattening of the arrays done in one step.
+
+        (SB3 flattens array after array: an interrupt in between would leave some
+        flattened and some not, and the next ``get`` would flatten those twice.)
+        """
+        if self.full and not self.generator_ready:
+            self._flatten()
+        yield from super().get(batch_size)  # type: ignore[misc]
+
+    def _flatten(self) -> None:
+        names = ("actions", "values", "log_probs", "advantages", "returns")
+        new: dict[str, Any] = {name: self.swap_and_flatten(getattr(self, name)) for name in names}  # type: ignore[attr-defined]
+        obs = self.observations
+        new["observations"] = ({key: self.swap_and_flatten(v) for key, v in obs.items()}  # type: ignore[attr-defined]
+                               if isinstance(obs, dict) else self.swap_and_flatten(obs))  # type: ignore[attr-defined]
+        new["generator_ready"] = True
+        self.__dict__.update(new)  # one step
 
     def add(self, obs: Any, action: np.ndarray, reward: np.ndarray, episode_start: np.ndarray,
             value: th.Tensor, log_prob: th.Tensor) -> None:
@@ -293,11 +323,11 @@ class CompressedDictRolloutBuffer(_CompressedRolloutMixin, DictRolloutBuffer):
 
 def _reset_fields(buf: Any) -> None:
     shape = (buf.buffer_size, buf.n_envs)
-    buf.actions = np.zeros((*shape, buf.action_dim), dtype=buf.action_space.dtype)
+    fresh: dict[str, Any] = {"pos": 0, "full": False, "generator_ready": False,
+                             "actions": np.zeros((*shape, buf.action_dim), dtype=buf.action_space.dtype)}
     for name in ("rewards", "returns", "episode_starts", "values", "log_probs", "advantages"):
-        setattr(buf, name, np.zeros(shape, dtype=np.float32))
-    buf.generator_ready = False
-    buf.pos, buf.full = 0, False
+        fresh[name] = np.zeros(shape, dtype=np.float32)
+    buf.__dict__.update(fresh)  # one step: never a full buffer with zeroed fields
 
 
 _FIELDS = ("actions", "rewards", "episode_starts", "values", "log_probs")
@@ -333,9 +363,11 @@ def _write_fields(buf: Any, rows: list[np.ndarray]) -> None:
 
 
 def _advance(buf: Any) -> None:
-    buf.pos += 1
-    if buf.pos == buf.buffer_size:
+    # full first: an interrupt in between leaves pos on the row just written, which the next add
+    # rewrites, rather than a pos past the end with full unset
+    if buf.pos + 1 == buf.buffer_size:
         buf.full = True
+    buf.pos += 1
 
 
 def _sample_fields(buf: Any, batch_inds: np.ndarray) -> list[th.Tensor]:

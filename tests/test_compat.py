@@ -258,7 +258,7 @@ def test_gpu_replay_buffer_keeps_chunks_in_a_device_tier_and_never_fills_up():
     ref = ReplayBuffer(200, IMAGE, ACT, "cpu")
     ours = GpuReplayBuffer(200, IMAGE, ACT, "cpu", buffer_device="cpu", heap_bytes=1, chunk_len=4)
     fill(ref, ours, n=500)  # far more than 1 byte of "heap", wrapping twice
-    tiers = {type(fs.array.tier) for fs in ours._stores.values()}
+    tiers = {type(fs.frames.tier) for fs in ours.frame_stores.values()}
     assert tiers == {DeviceTier}
     for seed in range(3):
         assert same(sample(ref, seed), sample(ours, seed))

@@ -53,7 +53,7 @@ def test_frames_released_fifo_memory_bounded():
     n_rows = 20
     fs = FrameStore((4, 6, 5), np.uint8, n_rows, 1, chunk_len=4)
     fill_and_check(fs, frame_stack_stream(600, 1), n_rows, 1)
-    arr = fs.array
+    arr = fs.frames
     live_frames = n_rows * 1.2 + 8
     assert arr.nchunks * arr.chunk_len <= live_frames + 3 * arr.chunk_len
     assert fs.frames_written > 500
@@ -68,7 +68,7 @@ def test_many_envs_share_one_array_without_reencoding(monkeypatch):
     n_envs = chunk_array.MAX_OPEN_CHUNKS + 2
     fs = FrameStore((4, 6, 5), np.uint8, 12, n_envs, chunk_len=4, codec="zstd3")
     fill_and_check(fs, frame_stack_stream(80, n_envs), 12, n_envs)
-    arr = fs.array
+    arr = fs.frames
     assert arr.max_open > n_envs and arr.nopen <= n_envs
     # every env keeps its chunk open: each chunk is encoded once, when full, never reopened
     assert len(encodes) <= fs.frames_written // arr.chunk_len
@@ -157,7 +157,7 @@ def test_clear_and_pickle_roundtrip():
         assert np.array_equal(clone.gather([(which, rows)], envs)[0], mirror[which, rows, envs])
     fs.clear()
     assert not fs.gather([(0, rows)], envs)[0].any()
-    assert fs.nbytes_stored <= fs.index_nbytes + 32 * fs.array.nchunks_total
+    assert fs.nbytes_stored <= fs.index_nbytes + 32 * fs.frames.nchunks_total
 
 
 def test_no_dedup_option_stores_every_stack():

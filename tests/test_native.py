@@ -280,8 +280,8 @@ def test_replay_buffer_on_every_tier_equals_sb3(tier, channels_last, tmp_path):
                 np.random.seed(seed)  # noqa: NPY002
                 b = ours.sample(16)
                 assert all((x is None and y is None) or th.equal(x, y) for x, y in zip(a, b, strict=True)), (t, seed)
-    fs = ours._stores[None]
-    assert fs.array.tier.kind == tier
+    fs = ours.frame_stores[None]
+    assert fs.frames.tier.kind == tier
     assert (fs.layout.axis, fs.layout.depth) == ((2 if channels_last else 0), 4)  # strided outputs when last
 
 

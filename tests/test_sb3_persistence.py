@@ -99,7 +99,7 @@ def assert_same(buffers, seeds=(0, 1, 2), batch_size=32):
 
 
 def frame_stores(buf):
-    return list(buf._stores.values())
+    return list(buf.frame_stores.values())
 
 
 def chunk_location(path, name, k=0):
@@ -120,20 +120,21 @@ def test_round_trip_and_continue(kind, n_envs, fill, lazy, tmp_path):
     ref, ours, more = filled(kind, n_envs, FILLS[fill])
     if fill == "pending":
         assert all(fs.layout is None for fs in frame_stores(ours))
-    else:  # each env's partial chunk is open: saving seals it, the next add reopens it
-        assert all(fs.array.info()["nopen"] > 0 for fs in frame_stores(ours) if fs.layout is not None)
+    else:  # each env's partial chunk is open: saving encodes it into the file, the buffer keeps it open
+        assert all(fs.frames.info()["nopen"] > 0 for fs in frame_stores(ours) if fs.layout is not None)
     assert ours.full == (fill == "wrapped")
     path = tmp_path / "buffer.h5"
+    nopen = [fs.frames.nopen for fs in frame_stores(ours) if fs.layout is not None]
     ours.save(path)
-    assert all(fs.array.info()["nopen"] == 0 for fs in frame_stores(ours) if fs.layout is not None)
+    assert [fs.frames.nopen for fs in frame_stores(ours) if fs.layout is not None] == nopen  # unchanged
 
     loaded = type(ours).load(path, device="cpu", lazy=lazy)
     assert type(loaded) is type(ours) and loaded.device == th.device("cpu")
     for fs, orig in zip(frame_stores(loaded), frame_stores(ours), strict=True):
-        assert (fs.layout, fs.heads.tolist(), fs.released.tolist(), fs.frames_written, fs.F) == (
-            orig.layout, orig.heads.tolist(), orig.released.tolist(), orig.frames_written, orig.F)
-        if fs.layout is not None and fs.array.nchunks:
-            assert fs.array.tier.info()["kind"] == ("file" if lazy else "memory")
+        assert (fs.layout, fs.heads.tolist(), fs.released.tolist(), fs.frames_written, fs.ring_frames) == (
+            orig.layout, orig.heads.tolist(), orig.released.tolist(), orig.frames_written, orig.ring_frames)
+        if fs.layout is not None and fs.frames.nchunks:
+            assert fs.frames.tier.info()["kind"] == ("file" if lazy else "memory")
     if kind == "nstep":
         assert (loaded.n_steps, loaded.gamma) == (3, 0.9)
     assert_same([ref, ours, loaded])
@@ -187,7 +188,7 @@ def atari_filled(codec, train=False, T=300):
         ref.add(*step)
         ours.add(*step)
     if train:
-        assert ours._stores[None].array.codec is codec
+        assert ours.frame_stores[None].frames.codec is codec
     return ref, ours, tr[T:]
 
 
@@ -195,9 +196,9 @@ def test_buffer_built_with_a_codec_object_and_a_trained_dictionary(tmp_path):
     ref, ours, more = atari_filled(get_codec("zstd3+dict"), train=True)
     ours.save(tmp_path / "b.h5")
     loaded = CompressedReplayBuffer.load(tmp_path / "b.h5", device="cpu", lazy=False)
-    assert loaded._stores[None].array.codec == ours._stores[None].array.codec
-    assert isinstance(loaded._stores[None].array.codec, type(get_codec("zstd3+dict")))
-    assert loaded._stores[None].array.codec.dictionary is not None
+    assert loaded.frame_stores[None].frames.codec == ours.frame_stores[None].frames.codec
+    assert isinstance(loaded.frame_stores[None].frames.codec, type(get_codec("zstd3+dict")))
+    assert loaded.frame_stores[None].frames.codec.dictionary is not None
     assert_same([ref, ours, loaded])
     for step in more:  # wraps around
         ref.add(*step)
@@ -211,9 +212,10 @@ def test_saved_state_covers_every_attribute():
 
     from sb3_integration.frames import FrameStoreState
 
-    rebuilt = {"chunk_len", "codec", "tier", "cache", "threads", "axis_order", "name", "_lock"}
-    state_to_attr = {"ring_frames": "F", "frames": "array", "pending": "_pending"}
-    saved = {state_to_attr.get(f.name, f.name) for f in dataclasses.fields(FrameStoreState)}
+    rebuilt = {"chunk_len", "codec", "tier", "cache", "threads", "axis_order", "name", "_lock", "_closed"}
+    derived = {"ring_frames"}  # from the frame array's capacity
+    state_to_attr = {"pending": "_pending"}
+    saved = {state_to_attr.get(f.name, f.name) for f in dataclasses.fields(FrameStoreState)} - derived
     fs = FrameStore((4, 6, 5), np.uint8, 10, 2)
     fs.ensure_layout()
     assert set(vars(fs)) == rebuilt | saved
@@ -222,7 +224,7 @@ def test_saved_state_covers_every_attribute():
                     "handle_timeout_termination", "observation_space", "action_space", "device",
                     "compression_method", "chunk_len", "_cache_bytes", "frame_dedup", "_stores",
                     "store_options", "small_arrays", "_columns", "obs_shape", "action_dim", "observations",
-                    "next_observations", "_plan", "_memo", "_owned", *replay._SMALL_ARRAYS}
+                    "next_observations", "_plan", "_memo", "_owned", "_lock", *replay._SMALL_ARRAYS}
     # sb3-extra-buffers' options (sb3_integration.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
               "version"}
@@ -233,9 +235,9 @@ def test_saved_state_covers_every_attribute():
         extra |= {"flatten_configs"} if cls is CompressedDictReplayBuffer else {"flatten_len", "flatten_config"}
         buf = cls(8, space, ACT, "cpu", **kw)
         assert set(vars(buf)) == buffer_attrs | extra
-        state = buf.replay_state()
-        assert set(replay._SMALL_ARRAYS) <= set(state.arrays)
-        assert {"n_steps", "gamma"} & extra <= set(state.arguments)
+        with buf.state_dict() as state:
+            assert set(replay._SMALL_ARRAYS) <= set(state.arrays)
+            assert {"n_steps", "gamma"} & extra <= set(state.arguments)
 
 
 def test_file_holds_only_plain_data(tmp_path):
@@ -278,7 +280,7 @@ def test_plain_h5py_reads_zstd_and_refuses_private_codecs(tmp_path):
             _, ours, _ = atari_filled(name, train=True)
         else:
             _, ours, _ = filled("replay", 2, 47, compression_method=name)
-        array = ours._stores[None].array
+        array = ours.frame_stores[None].frames
         path = paths[name] = str(tmp_path / f"{len(paths)}.h5")
         ours.save(path)
         frames[name] = np.asarray(array)

@@ -367,5 +367,5 @@ def test_unpickled_buffer_without_cache_stays_without_cache():
     clone = pickle.loads(pickle.dumps(ours))
     for o, n in frame_stack_stream(40, 1, seed=1):
         clone.add(o, n, np.zeros(1), np.zeros(1, np.float32), np.zeros(1, bool), [{}])
-    store = clone._stores[None]
-    assert store.layout is not None and store.array.cache is None
+    store = clone.frame_stores[None]
+    assert store.layout is not None and store.frames.cache is None

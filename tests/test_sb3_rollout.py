@@ -202,10 +202,10 @@ def test_get_equivalence_chunk_lengths(chunk_len):
     _, ours = check_equivalence(
         IMG_CF, spaces.Discrete(3), 40, 3, 16, compression_method="lz4-block", chunk_len=chunk_len
     )
-    store = ours._stores[None]
-    assert store.array.chunk_len == chunk_len and store.layout.depth == 4
+    store = ours.frame_stores[None]
+    assert store.frames.chunk_len == chunk_len and store.layout.depth == 4
     # every env's stream is in whole chunks except its open tail
-    assert store.array.nchunks == sum(int(h) // chunk_len for h in store.heads)
+    assert store.frames.nchunks == sum(int(h) // chunk_len for h in store.heads)
 
 
 @pytest.mark.parametrize("gae_lambda,gamma", [(1.0, 0.9), (0.0, 0.99), (0.8, 1.0)])
@@ -235,7 +235,7 @@ def test_dict_get_equivalence(n_envs, batch_size, read_path):
 
 def test_stacked_frames_are_stored_once():
     ref, ours = check_equivalence(IMG_CF, spaces.Discrete(3), 64, 4, 64)
-    store = ours._stores[None]
+    store = ours.frame_stores[None]
     assert (store.layout.axis, store.layout.width, store.layout.depth) == (0, 1, 4)
     # one new 16x16 frame per step, none for the zero padding after resets
     assert store.frames_written == 64 * 4
@@ -244,7 +244,7 @@ def test_stacked_frames_are_stored_once():
     assert info["layout"] == "4 frames of (1, 16, 16) stacked on axis 0" and info["frames_written"] == 256
     assert ours.nbytes_raw == ref.observations.nbytes and info["nbytes_stored"] == ours.nbytes_stored
     _, ours = check_equivalence(SPACES["img_rgb"], spaces.Discrete(3), 64, 2, 64)
-    store = ours._stores[None]
+    store = ours.frame_stores[None]
     assert (store.layout.width, store.layout.depth) == (3, 4) and store.frames_written == 64 * 2
 
 
@@ -267,7 +267,7 @@ def test_images_that_do_not_stack(kind):
     fill((ref, ours), steps, last_values, dones)
     assert_obs_equal(ref, ours)
     assert_get_equal(ref, ours, 16, seed=0)
-    store = ours._stores[None]
+    store = ours.frame_stores[None]
     if kind == "random":
         assert store.layout.axis is None  # detection gave up: each observation is one frame
         assert store.frames_written == T * n_envs
@@ -318,7 +318,7 @@ def test_bad_obs_is_refused_and_leaves_buffer_unchanged(bad):
     for step in steps[:3]:
         ours.add(*step)
     before = snapshot(ours)
-    frames_before = ours._stores[None].frames_written
+    frames_before = ours.frame_stores[None].frames_written
     obs = steps[3][0]
     wrong = {
         "shape": obs[:, :3],
@@ -331,7 +331,7 @@ def test_bad_obs_is_refused_and_leaves_buffer_unchanged(bad):
     assert snapshot(ours) == before
     with pytest.raises(ValueError):  # a malformed action fails before the observations change
         ours.add(obs, np.zeros(5), *steps[3][2:])
-    assert snapshot(ours) == before and ours._stores[None].frames_written == frames_before
+    assert snapshot(ours) == before and ours.frame_stores[None].frames_written == frames_before
     ours.add(obs.astype(np.int64), *steps[3][1:])  # values that fit are accepted
     assert np.array_equal(ours.observations[3], obs)
 
@@ -478,7 +478,7 @@ def test_ppo_stacked_images_parameters_identical():
     ref = train_ppo(env(), None, 128)
     ours = train_ppo(env(), CompressedRolloutBuffer, 128)
     assert ours.rollout_buffer.observations.dtype == np.uint8
-    store = ours.rollout_buffer._stores[None]
+    store = ours.rollout_buffer.frame_stores[None]
     assert store.layout.axis == 0 and store.layout.depth == 4  # PPO transposed the stack to channel-first
     assert same_parameters(ref, ours)
 

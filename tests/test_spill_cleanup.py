@@ -169,9 +169,7 @@ def test_loaded_replay_buffer_close_releases_the_file(tmp_path):
 
 
 def _arrays(buf):
-    from sb3_integration._closing import chunked_arrays
-
-    return chunked_arrays(buf)
+    return [fs.frames for fs in buf.frame_stores.values() if fs.frames is not None]
 
 
 def test_rollout_buffer_close_and_context_manager():

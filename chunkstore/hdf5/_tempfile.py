@@ -12,6 +12,13 @@ path removes the temporaries that are clearly ours and dead: the name pattern
 symlink) owned by this user, empty or starting with the HDF5 signature, whose
 writer process no longer exists and which has not been written to for a minute,
 or which has not been written to for a day (its pid may have been reused).
+
+A save interrupted inside this process (Ctrl-C) cleans up after itself
+(:func:`temporary`); should the interrupt land where no cleanup can run, the
+temporary is still this process's and no save of this process is writing it:
+every temporary is registered before it is created, so the next save removes
+this process's own temporaries that no running save holds. The descriptor is a
+Python file object, which closes itself when dropped.
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ import os
 import re
 import secrets
 import stat
+import threading
 import time
+from collections.abc import Iterator
 
-__all__ = ["create_temporary", "remove_stale_temporaries", "still_ours", "writable_name"]
+__all__ = ["create_temporary", "remove_stale_temporaries", "still_ours", "temporary", "writable_name"]
 
 SUFFIX = ".chunkstore-tmp"
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -36,8 +45,65 @@ DEAD_WRITER_GRACE_S = 60.0
 ABANDONED_S = 24 * 3600.0
 
 
+#: temporaries of saves running in this process (registered before they are created)
+_ACTIVE: set[str] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _excl_opener(name: str, flags: int) -> int:
+    return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666)
+
+
+@contextlib.contextmanager
+def temporary(path: str) -> Iterator[tuple[str, int]]:
+    """A new, empty temporary next to ``path``: ``(name, read-write descriptor)`` for the block.
+
+    The descriptor is closed on the way out; the file is removed if the block
+    raised and the file is still the one created here (a rename by the block
+    makes it the target's, which is then left alone).
+    """
+    directory, base = os.path.split(os.path.abspath(path))
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(8)}{SUFFIX}")
+        with _ACTIVE_LOCK:
+            _ACTIVE.add(tmp)
+        try:
+            # a FileIO closes its descriptor when dropped, wherever an interrupt lands
+            f = open(tmp, "w+b", buffering=0, opener=_excl_opener)  # noqa: SIM115 - closed below
+        except FileExistsError:
+            _forget(tmp)
+            continue
+        except BaseException:
+            _forget(tmp)
+            raise
+        break
+    else:
+        raise FileExistsError(f"could not create a temporary file next to {path}")
+    try:
+        try:
+            yield tmp, f.fileno()
+        except BaseException:
+            if still_ours(tmp, f.fileno()):
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
+        finally:
+            f.close()
+    finally:
+        _forget(tmp)
+
+
+def _forget(tmp: str) -> None:
+    with _ACTIVE_LOCK:
+        _ACTIVE.discard(tmp)
+
+
 def create_temporary(path: str) -> tuple[str, int]:
-    """A new, empty temporary next to ``path``: its name and an open read-write descriptor."""
+    """A new, empty temporary next to ``path``: its name and an open read-write descriptor.
+
+    The caller closes the descriptor and removes or renames the file; prefer
+    :func:`temporary`, which does both whatever interrupts the save.
+    """
     directory, base = os.path.split(os.path.abspath(path))
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
     for _ in range(100):
@@ -80,10 +146,16 @@ def remove_stale_temporaries(path: str) -> list[str]:
         return removed
     for name in names:
         m = patterns[0].fullmatch(name) or patterns[1].fullmatch(name)
-        if m is None or int(m.group(1)) == os.getpid():
+        if m is None:
             continue
         full = os.path.join(directory, name)
-        if _is_stale(full, int(m.group(1))):
+        pid = int(m.group(1))
+        if pid == os.getpid():  # ours: stale unless a save of this process is writing it
+            with _ACTIVE_LOCK:
+                stale = full not in _ACTIVE and _looks_like_ours(full) and _is_regular_and_mine(full)
+        else:
+            stale = _is_stale(full, pid)
+        if stale:
             with contextlib.suppress(OSError):
                 os.unlink(full)
                 removed.append(full)
@@ -100,6 +172,15 @@ def _is_stale(full: str, pid: int) -> bool:
         return False
     idle = time.time() - st.st_mtime
     return idle >= ABANDONED_S or (idle >= DEAD_WRITER_GRACE_S and not _alive(pid))
+
+
+def _is_regular_and_mine(full: str) -> bool:
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return False
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    return stat.S_ISREG(st.st_mode) and st.st_uid == uid
 
 
 def _looks_like_ours(full: str) -> bool:

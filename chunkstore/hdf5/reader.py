@@ -148,8 +148,8 @@ def check_locations(meta: ArrayMeta, mapped: MappedFile) -> None:
 
 
 def new_array(meta: ArrayMeta, tier: Tier, cache: LRUChunkCache | int | None,
-              path: str) -> ChunkedArray:
-    """An empty ChunkedArray with the file's geometry and codec."""
+              path: str, own_tier: bool = True) -> ChunkedArray:
+    """An empty ChunkedArray with the file's geometry and codec (owning ``tier`` unless told not to)."""
     try:
         codec = codec_from_config(meta.codec_config)
     except CodecConfigError as e:
@@ -157,7 +157,7 @@ def new_array(meta: ArrayMeta, tier: Tier, cache: LRUChunkCache | int | None,
                           f"{e}") from e
     with damaged(path, f"array {meta.name!r}"):
         return ChunkedArray(meta.capacity, meta.item_shape, meta.dtype, chunk_len=meta.chunk_len,
-                            codec=codec, tier=tier, cache=cache, name=meta.name)
+                            codec=codec, tier=tier, cache=cache, name=meta.name, own_tier=own_tier)
 
 
 def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
@@ -174,7 +174,8 @@ def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
 
 def _eager_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
                  cache: LRUChunkCache | int | None, verify: bool | None, bar: tqdm) -> ChunkedArray:
-    arr = new_array(meta, tier if tier is not None else MemoryTier(), cache, mapped.path)
+    arr = new_array(meta, tier if tier is not None else MemoryTier(), cache, mapped.path,
+                    own_tier=tier is None)  # a tier the caller gave stays the caller's
     chunks, offsets, nbytes, crcs = meta.sources()
     for k, (c, off, n) in enumerate(zip(chunks.tolist(), offsets.tolist(), nbytes.tolist(),
                                         strict=True)):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
@@ -89,8 +88,7 @@ def save(
         arr.flush()
     total = sum(len(arr.stored_chunks()) for arr in arrays.values())
     _tempfile.remove_stale_temporaries(path)
-    tmp, fd = _tempfile.create_temporary(path)
-    try:
+    with _tempfile.temporary(path) as (tmp, fd):
         with h5py.File(_tempfile.writable_name(tmp, fd), "w", libver=LIBVER) as f, \
                 _bar(total, progress) as bar:
             checksums: dict[str, Any] = {"arrays": {}, "extras": {}}
@@ -107,13 +105,6 @@ def save(
             raise OSError(f"the temporary {tmp} was replaced while it was written; {path} is unchanged")
         os.replace(tmp, path)
         _fsync_dir(os.path.dirname(os.path.abspath(path)))
-    except BaseException:
-        if _tempfile.still_ours(tmp, fd):
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise
-    finally:
-        os.close(fd)
 
 
 def _write_header(f: h5py.File, arrays: list[str], extras: list[str], attrs_json: str) -> None:
