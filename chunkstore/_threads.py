@@ -2,10 +2,11 @@
 
 Two rules every multi-threaded read follows:
 
-* :func:`wait_all` in a ``finally``: a caller interrupted while its workers run
-  (a KeyboardInterrupt from a signal handler lands in the waiting thread) still
-  waits for them, cancelling those not started, before its output can be freed.
-  No worker ever writes into memory its caller no longer holds.
+* :func:`submit` and :func:`wait_all` in a ``finally``: a caller interrupted while
+  its workers run (a KeyboardInterrupt from a signal handler lands in the waiting
+  thread) still waits for them, cancelling those not started, before its output
+  can be freed. A task's future exists before the task does, so none escapes the
+  wait. No worker ever writes into memory its caller no longer holds.
 * :func:`pool` hands out pools that a forked child does not inherit: after
   ``fork()`` the parent's worker threads do not exist in the child, and a pool
   that believes it has idle workers would never run a task. The child starts
@@ -17,10 +18,11 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
-__all__ = ["pool", "wait_all"]
+__all__ = ["pool", "submit", "wait_all"]
 
 _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
@@ -40,23 +42,47 @@ def pool(name: str, workers: int | None = None) -> ThreadPoolExecutor:
         return p
 
 
+def submit(pool: ThreadPoolExecutor, futures: list[Future], fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` on ``pool``; its future is appended to ``futures`` *before* the work exists.
+
+    The caller waits for (or cancels) every future in ``futures`` with :func:`wait_all`, so
+    whatever interrupts this call, no work runs that the caller does not wait for: a future
+    the pool's own ``submit`` returned could be lost between its return and the append.
+    """
+    futures.append(Future())
+    pool.submit(_run, futures[-1], fn, args)
+
+
+def _run(future: Future, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return  # cancelled by an interrupted caller before it started
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:
+        future.set_exception(exc)
+
+
 def wait_all(futures: Iterable[Future]) -> None:
     """Return once every future is done or cancelled, whatever interrupts the wait.
 
     An exception raised while waiting (KeyboardInterrupt) cancels the futures not
     started yet, keeps waiting for the running ones, and is raised again after.
+    (A signal can still land before this function's first line; the workers'
+    memory stays safe then because each task holds what it writes and reads:
+    see :func:`chunkstore.native.gather`.)
     """
-    pending = [f for f in futures if not f.done()]
+    futures = list(futures)
     interrupted: BaseException | None = None
-    while pending:
+    while True:
         try:
-            concurrent.futures.wait(pending)
+            if interrupted is not None:
+                for f in futures:
+                    f.cancel()
+            if not [f for f in futures if not f.done()]:
+                break
+            concurrent.futures.wait(futures)
         except BaseException as exc:
-            if interrupted is None:
-                interrupted = exc
-            for f in pending:
-                f.cancel()
-        pending = [f for f in pending if not f.done()]
+            interrupted = interrupted or exc
     if interrupted is not None:
         raise interrupted
 

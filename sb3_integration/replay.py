@@ -290,12 +290,9 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             self._advance(pos)
 
     def _advance(self, pos: int) -> None:
-        """Row ``pos`` is written: move on (``full`` first, so ``pos`` is never out of range)."""
-        if pos + 1 == self.buffer_size:
-            self.full = True
-            self.pos = 0
-        else:
-            self.pos = pos + 1
+        """Row ``pos`` is written: move on, ``pos`` and ``full`` in one step (the add's commit)."""
+        wrap = pos + 1 == self.buffer_size
+        self.__dict__.update(pos=0 if wrap else pos + 1, full=self.full or wrap)
 
     def reset(self) -> None:
         with self._lock:

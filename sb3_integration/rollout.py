@@ -363,11 +363,8 @@ def _write_fields(buf: Any, rows: list[np.ndarray]) -> None:
 
 
 def _advance(buf: Any) -> None:
-    # full first: an interrupt in between leaves pos on the row just written, which the next add
-    # rewrites, rather than a pos past the end with full unset
-    if buf.pos + 1 == buf.buffer_size:
-        buf.full = True
-    buf.pos += 1
+    """The row is written: ``pos`` and ``full`` move in one step (the add's commit)."""
+    buf.__dict__.update(pos=buf.pos + 1, full=buf.full or buf.pos + 1 == buf.buffer_size)
 
 
 def _sample_fields(buf: Any, batch_inds: np.ndarray) -> list[th.Tensor]:

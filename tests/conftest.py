@@ -213,3 +213,75 @@ def assert_views_equal(ref, ours):
         assert np.array_equal(np.asarray(ours.observations), ref.observations)
         if not ref.optimize_memory_usage:
             assert np.array_equal(np.asarray(ours.next_observations), ref.next_observations)
+
+
+# == Ctrl-C at a chosen point: deterministic interrupts for the crash-safety tests =============
+_TRACED = tuple(str(Path(m.__file__).resolve().parent) for m in
+                (__import__("chunkstore"), __import__("sb3_integration"),
+                 __import__("stable_baselines3.her", fromlist=["her"])))
+
+
+@functools.cache
+def _with_line(filename: str, lineno: int) -> bool:
+    import linecache
+
+    return linecache.getline(filename, lineno).lstrip().startswith(("with ", "async with "))
+
+
+def _is_with(frame) -> bool:
+    """A line event on a ``with`` statement: the tracer sees one as the block is left, before
+    ``__exit__`` runs, where no signal can land (CPython checks for signals only after the
+    ``__exit__`` call); an exception there would skip the exit as no Ctrl-C can."""
+    return _with_line(frame.f_code.co_filename, frame.f_lineno)
+
+
+class Interrupt:
+    """Raise KeyboardInterrupt at the ``at``-th traced event (call, line, return) in chunkstore,
+    sb3_integration and SB3's HER code, as a Ctrl-C landing there would; ``at=0`` only counts.
+
+    A 'return' event raising means "interrupted just after that function returned" (after a tier
+    released a chunk, say), which is where an asynchronous exception does the most harm.
+
+    Examples
+    --------
+    >>> with Interrupt(0) as counter:
+    ...     buffer.add(*transition)           # doctest: +SKIP
+    >>> counter.events                          # doctest: +SKIP
+    """
+
+    def __init__(self, at: int = 0) -> None:
+        self.at, self.events, self.fired = at, 0, False
+
+    def _global(self, frame, event, arg):
+        return self._local if frame.f_code.co_filename.startswith(_TRACED) else None
+
+    def _local(self, frame, event, arg):
+        if not self.fired and not (event == "line" and _is_with(frame)):
+            self.events += 1
+            if self.events == self.at:
+                self.fired = True
+                raise KeyboardInterrupt(f"injected at event {self.at}")
+        return self._local
+
+    def __enter__(self) -> Interrupt:
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(None)
+
+
+def interrupted(fn, at: int) -> bool:
+    """Run ``fn()`` with a KeyboardInterrupt injected at event ``at``; True if it was raised."""
+    try:
+        with Interrupt(at):
+            fn()
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def count_events(fn) -> int:
+    with Interrupt(0) as counter:
+        fn()
+    return counter.events

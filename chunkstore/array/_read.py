@@ -16,6 +16,7 @@ caller no longer holds (:func:`chunkstore._threads.wait_all`).
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -123,7 +124,7 @@ class ReadPath(ArrayFields):
                 ids, out, dst_off, pattern, chunk_len=self.chunk_len, capacity=self.capacity,
                 item_bytes=self._item_nbytes, table=(table.seg, table.off, table.len), segs=segs,
                 max_chunk_bytes=self._max_len, open_chunks=chunks, open_addr=addrs, spec=spec,
-                threads=self.threads,
+                threads=self.threads, keep=list(table.open.values()) if self.threads > 1 else None,
             )
         if res.code:
             raise CorruptChunkError(
@@ -182,10 +183,10 @@ class ReadPath(ArrayFields):
         # one batch per thread; the calling thread decodes the first one itself
         batches = [misses[i::nthreads] for i in range(nthreads)]
         pool = _threads.pool("chunkstore-decode")
-        futures = []
+        futures: list[Future] = []
         try:
             for b in batches[1:]:
-                futures.append(pool.submit(self._decode_batch, b, out))
+                _threads.submit(pool, futures, self._decode_batch, b, out)
             self._decode_batch(batches[0], out)
         finally:  # also when interrupted: the workers write into out, which must outlive them
             _threads.wait_all(futures)

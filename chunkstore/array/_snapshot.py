@@ -92,7 +92,7 @@ class ArraySnapshot:
                 yield memoryview(self._encoded[int(self._chunks[k])])
             else:
                 assert self._tier is not None
-                yield memoryview(self._tier.get(ChunkRef(s, o, m))).toreadonly()  # type: ignore[arg-type]
+                yield memoryview(self._tier.peek(ChunkRef(s, o, m))).toreadonly()  # type: ignore[arg-type]
 
     def chunk(self, c: int) -> np.ndarray:
         """The decoded items of stored chunk ``c``."""
@@ -118,9 +118,10 @@ class ArraySnapshot:
     # -- lifetime ----------------------------------------------------------------------
     def close(self) -> None:
         """Unpin the tier: emptied segments may be reused again."""
-        unpin, self._unpin = self._unpin, None
+        unpin = self._unpin
         if unpin is not None:
-            unpin()
+            unpin()  # idempotent: an interrupt before the next line only repeats it later
+        self._unpin = None
 
     def __enter__(self) -> ArraySnapshot:
         return self

@@ -37,6 +37,7 @@ import numpy as np
 from chunkstore.errors import CorruptChunkError, FileChangedError
 from chunkstore.hdf5.checksum import check_crc
 from chunkstore.tiers._base import ChunkRef, Tier
+from chunkstore.tiers._segments import AddressTable
 from chunkstore.tiers.memory import MemoryTier
 
 __all__ = ["FileChunk", "FileTier", "MappedFile"]
@@ -268,7 +269,9 @@ class FileTier(Tier):
             new, fd = segments(), self.file.fileno()
             if new is None or fd < 0:
                 return None
-            return np.concatenate((np.array([[0], [fd]], np.int64), new), axis=1)
+            table = np.concatenate((np.array([[0], [fd]], np.int64), new), axis=1).view(AddressTable)
+            table.owners = (new, self.file)  # kept alive by a read that outlives its caller
+            return table
 
         return lock, with_file
 

@@ -185,6 +185,7 @@ def gather(
     open_addr: np.ndarray,
     spec: NativeSpec,
     threads: int = 1,
+    keep: Any = None,
 ) -> GatherResult:
     """Copy item ``ids[i]`` of a chunked array to ``dst`` at byte ``dst_off[i]`` (``-1``: zeros).
 
@@ -196,6 +197,11 @@ def gather(
     buffer of that size). The caller keeps all of them unchanged and alive for the
     duration of the call. ``threads`` > 1 splits the chunks of the batch over that
     many threads.
+
+    Worker threads hold ``dst``, the tables, ``spec`` (its digested dictionary) and
+    ``keep`` (whatever else the addresses point into: open chunk buffers, segment
+    storage) until they end, so a worker of a read whose caller was interrupted
+    before it could wait writes and reads only memory that is still allocated.
     """
     nat = _load()
     assert nat is not None, "gather() needs the native layer; check available() first"
@@ -213,18 +219,18 @@ def gather(
         status = getattr(nat.local, "status", None)
         if status is None:
             status = nat.local.status = np.zeros(3, np.int64)
-        k.gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, _scratch(nat, need),
+        k.gather_all(ids, dst_off, p, seg, off, clen, _plain(segs), open_chunks, open_addr, _scratch(nat, need),
                      _cbuf(nat, max_chunk_bytes), status)
         return GatherResult(int(status[0]), int(status[1]), int(status[2]))
     order, starts = k.plan_groups(ids, chunk_len)
     nthreads = max(1, min(int(threads), len(starts) - 1))  # no more parts than distinct chunks
     bounds = _split(starts, nthreads)
 
-    def run(part: int) -> np.ndarray:
+    def run(part: int, _hold: Any = (dst, keep, spec, segs)) -> np.ndarray:
         pp = p.copy()
         pp[k.DCTX] = nat.zstd.dctx()
         status = np.zeros(3, np.int64)
-        k.gather_groups(ids, dst_off, order, starts, bounds[part], bounds[part + 1], pp, seg, off, clen, segs,
+        k.gather_groups(ids, dst_off, order, starts, bounds[part], bounds[part + 1], pp, seg, off, clen, _plain(segs),
                         open_chunks, open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
         return status
 
@@ -233,7 +239,7 @@ def gather(
         if nthreads > 1:
             pool = _threads.pool("chunkstore-native", nthreads - 1)
             for part in range(1, nthreads):
-                futures.append(pool.submit(run, part))
+                _threads.submit(pool, futures, run, part)
         results = [run(0)]
     finally:  # also when interrupted: the workers write into dst, which must outlive them
         _threads.wait_all(futures)
@@ -268,6 +274,11 @@ def item_placement(out: np.ndarray, lead: int, itemsize: int) -> tuple[np.ndarra
         lead_off = lead_off + np.arange(out.shape[ax], dtype=np.int64).reshape(
             (-1,) + (1,) * (lead - ax - 1)) * out.strides[ax]
     return lead_off.reshape(-1), (nruns, run, stride)  # relative to the view's first byte
+
+
+def _plain(a: np.ndarray) -> np.ndarray:
+    """A base-class view (a subclass holding references would make the kernels compile anew)."""
+    return a if type(a) is np.ndarray else a.view(np.ndarray)
 
 
 def _split(starts: np.ndarray, parts: int) -> list[int]:

@@ -37,6 +37,7 @@ other calls. A view returned by ``get`` stays valid until its chunk is released
 
 from __future__ import annotations
 
+import itertools
 import threading
 from abc import abstractmethod
 from collections.abc import Callable
@@ -47,7 +48,7 @@ import numpy as np
 from chunkstore.errors import TierFullError, UnknownRefError
 from chunkstore.tiers._base import ChunkRef, Tier
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "SegmentedTier"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
 
 DEFAULT_SEGMENT_BYTES = 4 << 20
 _RELEASED = -1
@@ -103,6 +104,16 @@ class _Segment:
         return self.offs.nbytes + self.lens.nbytes
 
 
+class AddressTable(np.ndarray):
+    """Segment addresses for the native read path that also hold the storage they point into.
+
+    A read that outlives its caller (a worker thread of an interrupted read) keeps the
+    table, hence the storage, alive until it ends: it can read stale bytes, never freed memory.
+    """
+
+    owners: Any = None
+
+
 def as_uint8(data: Any) -> np.ndarray:
     """A flat uint8 view of any C-contiguous bytes-like object (no copy)."""
     if (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
@@ -147,11 +158,12 @@ class SegmentedTier(Tier):
         self._used = 0
         self._nchunks = 0
         self._closed = False
-        self._pins = 0
+        self._pins: set[int] = set()  # tokens of the snapshots alive now
+        self._pin_ids = itertools.count()
         self._deferred: list[_Segment] = []  # emptied while pinned: recycled at the last unpin
         # host addresses of the segments for the native read path, rebuilt when
         # storage moves (a new or reused segment, a spill, a trim)
-        self._addr = np.zeros((2, 0), np.int64)
+        self._addr: np.ndarray = np.zeros((2, 0), np.int64)
         self._addr_stale = True
 
     # -- storage hooks -------------------------------------------------------------
@@ -192,10 +204,11 @@ class SegmentedTier(Tier):
         """The address table, rebuilt if storage moved; the caller holds the lock."""
         if self._addr_stale:
             n = max(self._segments, default=-1) + 1
-            table = np.zeros((2, n), np.int64)
+            table = np.zeros((2, n), np.int64).view(AddressTable)
             table[1] = -1
             for sid, seg in self._segments.items():
                 table[:, sid] = self._address(seg)
+            table.owners = [seg.data for seg in self._segments.values()]
             self._addr, self._addr_stale = table, False
         return self._addr
 
@@ -260,24 +273,25 @@ class SegmentedTier(Tier):
         return True
 
     def pin(self) -> Callable[[], None]:
-        with self._lock:
-            self._pins += 1
-        done = [False]
+        token = next(self._pin_ids)
+        self._pins.add(token)  # one step: a set of tokens, so an unpin is idempotent and atomic
 
         def unpin() -> None:
-            if done[0]:
-                return
-            done[0] = True
-            with self._lock:
-                self._pins -= 1
-                if self._pins:
-                    return
-                deferred, self._deferred = self._deferred, []
-                freed = [seg for seg in deferred if seg.nlive == 0 and self._emptied(seg)]
-            for seg in freed:
-                self._recycle(seg)
+            self._pins.discard(token)
+            self._recycle_deferred()
 
         return unpin
+
+    def _recycle_deferred(self) -> None:
+        """Recycle the segments emptied while pinned, once nothing is pinned (also called by appends,
+        so an unpin interrupted before it got here leaves nothing waiting for good)."""
+        if self._pins or not self._deferred:
+            return
+        with self._lock:
+            deferred, self._deferred = self._deferred, []
+            freed = [seg for seg in deferred if seg.nlive == 0 and self._emptied(seg)]
+        for seg in freed:
+            self._recycle(seg)
 
     def live_refs(self) -> np.ndarray:
         with self._lock:
@@ -366,7 +380,7 @@ class SegmentedTier(Tier):
                 "nfree_segments": nfree,
                 "free_nbytes": free_nbytes,
                 "table_nbytes": sum(seg.nbytes for seg in self._segments.values()),
-                "pins": self._pins,
+                "pins": len(self._pins),
             }
 
     def __repr__(self) -> str:
@@ -398,6 +412,7 @@ class SegmentedTier(Tier):
 
     def _open_segment(self, need: int) -> _Segment:
         """Seal the append target and open another: a free one if any fits, else new."""
+        self._recycle_deferred()
         self._seal_current()
         cap = self.segment_bytes if need <= self.segment_bytes else (
             -(-need // self.segment_bytes) * self.segment_bytes)
