@@ -39,9 +39,9 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.her.goal_selection_strategy import GoalSelectionStrategy
 
 from chunkstore import FormatError, Tier
-from sb3_integration.errors import SpaceMismatchError
 from sb3_integration.extra_buffers import convert_samples
 from sb3_integration.replay import CompressedDictReplayBuffer, _CompressedReplayMixin
+from sb3_integration.sb3_ops import check_her_add
 
 __all__ = ["CompressedHerReplayBuffer", "decode_infos", "encode_infos"]
 
@@ -91,15 +91,20 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
                  optimize_memory_usage: bool = False, handle_timeout_termination: bool = True,
                  n_sampled_goal: int = 4, goal_selection_strategy: GoalSelectionStrategy | str = "future",
                  copy_info_dict: bool = False, **options: Any) -> None:
-        if not isinstance(observation_space, spaces.Dict):
-            raise SpaceMismatchError(
-                "DictReplayBuffer must be used with Dict obs space only (CompressedHerReplayBuffer needs "
-                "a goal-conditioned Dict observation space: observation, achieved_goal, desired_goal; "
-                f"got {type(observation_space).__name__})")
         self._store_options = options  # sb3-extra-buffers' arguments and store options, for _HerStorage
         super().__init__(buffer_size, observation_space, action_space, env, device, n_envs,  # type: ignore[arg-type]
                          optimize_memory_usage, handle_timeout_termination, n_sampled_goal,
                          goal_selection_strategy, copy_info_dict)
+
+    def add(self, obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], action: np.ndarray,  # type: ignore[override]
+            reward: np.ndarray, done: np.ndarray, infos: list[dict[str, Any]]) -> None:
+        """SB3's HER ``add``, after every argument is checked: a failed add changes nothing.
+
+        SB3's HER updates its episode bookkeeping and ``infos`` before storing the
+        transition and reads ``done[env]`` after; here SB3's errors come first.
+        """
+        check_her_add(self, obs, next_obs, action, reward, done, infos)
+        super().add(obs, next_obs, action, reward, done, infos)
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:  # type: ignore[override]
         """SB3's HER sample (real and relabelled halves), observations converted as sb3-extra-buffers'."""
