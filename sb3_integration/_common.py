@@ -459,8 +459,11 @@ def lossless_obs(arr: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, name:
         arr = arr.reshape(shape)  # equal sizes and broadcastable: only leading axes of length 1 differ
     if arr.dtype != dtype:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", _COMPLEX_WARNING)
+            if arr.dtype.kind == "c":  # the cast to a real dtype warns; lossless_cast refuses what it drops
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", _COMPLEX_WARNING)
+                    arr = lossless_cast(arr, dtype, name)
+            else:
                 arr = lossless_cast(arr, dtype, name)
         except ValueError as e:
             raise DataLossError(f"{e} (SB3 would store them changed)") from None

@@ -70,12 +70,14 @@ def _describe(value: Any) -> str:
 
 def sb3_reshape(value: Any, shape: tuple[int, ...], name: str) -> Any:
     """SB3's ``value.reshape(shape)`` on the caller's object (a list has no ``reshape`` in SB3 either)."""
-    def hint() -> str:
+    try:  # inline rather than like_sb3: once per argument of every add()
+        return value.reshape(shape)
+    except Exception as e:
         if not hasattr(value, "reshape"):
-            return f"{name}: SB3 calls {name}.reshape({shape}): pass a numpy array, got {_describe(value)}"
-        return f"{name}: expected {math.prod(shape)} values (shape {shape}, n_envs={shape[0]}), got {_describe(value)}"
-
-    return like_sb3(lambda: value.reshape(shape), hint)
+            hint = f"{name}: SB3 calls {name}.reshape({shape}): pass a numpy array, got {_describe(value)}"
+        else:
+            hint = f"{name}: expected {math.prod(shape)} values (shape {shape}, n_envs={shape[0]}), got {_describe(value)}"
+        raise usage_error(e, hint, argument=True) from None
 
 
 def _row_hint(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> str:
@@ -100,13 +102,12 @@ def sb3_row(value: Any, shape: tuple[int, ...], dtype: Any, name: str, *, wrap: 
     """
     if type(value) is np.ndarray and value.shape == shape and value.dtype.kind in "biuf":
         return value.astype(dtype, copy=False)
-
-    def op() -> np.ndarray:
+    try:
         scratch = np.empty((1, *shape), dtype)
         scratch[0] = np.array(value) if wrap else value
         return scratch[0]
-
-    return like_sb3(op, hint or (lambda: _row_hint(name, value, shape, dtype)))
+    except Exception as e:
+        raise usage_error(e, hint() if hint else _row_hint(name, value, shape, dtype), argument=True) from None
 
 
 def check_allocation(shape: tuple[Any, ...], dtype: Any, hint: str) -> None:
@@ -159,11 +160,10 @@ def _dict_value(obs: Any, key: Any, keys: list[Any], name: str) -> Any:
 
 
 def _replay_obs(buf: Any, obs: Any, name: str) -> dict[Any, np.ndarray]:
-    """One observation argument of ``ReplayBuffer.add`` / ``DictReplayBuffer.add``, as stored."""
+    """One observation argument of ``ReplayBuffer.add`` / ``DictReplayBuffer.add``, as SB3 accepts it."""
+    if None in buf._stores:  # SB3 reshaped it (Discrete) before reshaping the action, and assigns it after
+        return {None: sb3_obs(obs, *_store_of(buf, None), name)}
     subs = subspaces(buf.observation_space)
-    if None in subs:  # SB3 reshaped it (Discrete) before reshaping the action, and assigns it after
-        shape, dtype = _store_of(buf, None)
-        return {None: sb3_obs(obs, shape, dtype, name)}
     out = {}
     for key, sub in subs.items():
         shape, dtype = _store_of(buf, key)
