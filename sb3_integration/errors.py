@@ -160,7 +160,8 @@ def usage_error(exc: BaseException, hint: str, *, argument: bool = False) -> Bas
     type maps to the matching :class:`BufferUsageError` subclass (an
     :class:`ArgumentError` one when ``argument``: a bad ``add()`` argument); a type
     outside that map (a numpy or torch subclass, ``OverflowError``, ``RuntimeError``)
-    is returned itself, with the hint appended to its message, so its type stays exact.
+    is returned itself, so its type stays exact, with the hint appended to its
+    message where the message is its one argument.
     """
     sb3_message = str(exc)  # what SB3's user sees (a KeyError's is the quoted key)
     cls = (_ARGUMENT_BY_TYPE if argument else _BY_TYPE).get(type(exc))
