@@ -2,9 +2,9 @@
 
 * :class:`ObservationView` -- a read-only, ndarray-like stand-in for SB3's
   ``buffer.observations`` arrays, backed by any ``reader(rows, envs)``.
-* :func:`coerce_obs` -- the dtype/shape policy of ``add()``: exact shape, and
-  only casts that SB3 would make with the same result and that lose nothing
-  (see its docstring).
+* :func:`coerce_obs` -- the observation policy of ``add()``: what SB3's
+  assignment accepts (with SB3's errors where it fails), minus what it would
+  store changed (see its docstring).
 * :func:`pack_array` / :func:`unpack_array` -- small arrays (actions, rewards,
   descriptors) compressed for pickling.
 * The default store options, as module constants.
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from chunkstore import get_codec
 from chunkstore.array import DEFAULT_CACHE_BYTES as CORE_CACHE_BYTES
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from chunkstore.array import lossless_cast as chunk_lossless_cast
+from sb3_integration.errors import DataLossError, UsageTypeError, usage_error
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -35,8 +37,10 @@ __all__ = [
     "StoreOptions",
     "coerce_obs",
     "lossless_cast",
+    "lossless_obs",
     "pack_array",
     "same_rows",
+    "sb3_obs",
     "stack_axis_order",
     "subspaces",
     "unpack_array",
@@ -98,18 +102,20 @@ class StoreOptions:
 
     @classmethod
     def from_kwargs(cls, compression_method: Any, kwargs: dict[str, Any],
-                    defaults: dict[str, Any] | None = None) -> tuple[StoreOptions, bool, str]:
+                    defaults: dict[str, Any] | None = None, *,
+                    owner: str = "buffer") -> tuple[StoreOptions, bool, str]:
         """The replay buffers' keyword-only store options: ``(options, frame_dedup, small_arrays)``.
 
-        ``kwargs`` may hold :data:`STORE_OPTIONS` only (a TypeError names any other, as
-        Python does for an unexpected keyword); ``defaults`` replaces their defaults.
+        ``kwargs`` may hold :data:`STORE_OPTIONS` only: any other is a TypeError worded
+        as Python words it for ``owner``'s ``__init__`` (SB3's message for the same
+        keyword), listing the valid ones; ``defaults`` replaces their defaults.
         """
-        unknown = sorted(set(kwargs) - set(STORE_OPTIONS))
+        unknown = [key for key in kwargs if key not in STORE_OPTIONS]
         if unknown:
-            raise TypeError(f"unexpected keyword argument(s) {unknown}; the store options are "
-                            f"{list(STORE_OPTIONS)} (sb3-extra-buffers' arguments are named "
-                            "dtypes, normalize_images, compression_method, compression_kwargs, "
-                            "decompression_kwargs, output_dtype)")
+            raise UsageTypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}",
+                                 f"the store options are {list(STORE_OPTIONS)}; sb3-extra-buffers' arguments "
+                                 "are named dtypes, normalize_images, compression_method, compression_kwargs, "
+                                 "decompression_kwargs, output_dtype")
         opt = {**STORE_OPTIONS, **(defaults or {}), **kwargs}
         options = cls.resolve(preset=opt["preset"], compression_method=compression_method,
                               chunk_len=opt["chunk_len"], cache_bytes=opt["cache_bytes"], tier=opt["tier"],
@@ -392,22 +398,75 @@ def lossless_cast(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     return chunk_lossless_cast(arr, dtype, name, round_floats=True)
 
 
-def coerce_obs(x: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, *, reshape: bool = False) -> np.ndarray:
-    """Validate one ``add()`` argument: exactly ``shape``, in ``dtype`` (see :func:`lossless_cast`).
+#: numpy's warning for a complex -> real cast (moved to numpy.exceptions in numpy 1.25)
+_COMPLEX_WARNING = getattr(getattr(np, "exceptions", np), "ComplexWarning", Warning)
 
-    ``reshape=True`` first reshapes an input of the right size (SB3 does this
-    for Discrete spaces). With one env, a missing env axis is added (SB3's
-    assignment broadcasts it). Never copies an input that already fits.
+
+def coerce_obs(x: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, *, reshape: bool = False) -> np.ndarray:
+    """One observation argument of ``add()`` as the buffer stores it: ``shape``, in ``dtype``.
+
+    :func:`sb3_obs` (SB3's assignment and its errors), then :func:`lossless_obs`
+    (what SB3 would store changed is refused). ``reshape=True`` first reshapes an
+    input of the right size (SB3 does this for Discrete spaces). Never copies an
+    input that already fits.
     """
-    arr = np.asarray(x)
+    return lossless_obs(sb3_obs(x, shape, dtype, name, reshape=reshape), shape, dtype, name)
+
+
+def _obs_hint(name: str, shape: tuple[int, ...], dtype: np.dtype, arr: np.ndarray) -> str:
+    return f"{name}: expected shape {shape} and dtype {dtype}, got shape {arr.shape} and dtype {arr.dtype}"
+
+
+def sb3_obs(x: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, *, reshape: bool = False) -> np.ndarray:
+    """``x`` as an array that SB3's ``row[...] = np.array(x)`` accepts for a row of ``shape``/``dtype``.
+
+    Where that numpy assignment fails, raises its exception type with numpy's
+    message (:class:`~sb3_integration.errors.ArgumentError` and kin); the assignment
+    runs on a scratch row only when ``x`` is not already a numeric array of ``shape``.
+    The result may still differ from ``shape`` and ``dtype``: :func:`lossless_obs` next.
+    """
+    if type(x) is np.ndarray and x.shape == shape and x.dtype == dtype:  # the common case: as SB3 makes it
+        return x
+    try:
+        arr = np.asarray(x)  # SB3's np.array(x): the same errors (a ragged list), without the copy
+    except Exception as e:
+        raise usage_error(e, f"{name}: cannot store {type(x).__name__} {x!r:.60}", argument=True) from None
     if reshape and arr.shape != shape and arr.size == math.prod(shape):
         arr = arr.reshape(shape)
-    elif shape[:1] == (1,) and arr.shape == shape[1:]:
-        arr = arr[None]
+    if arr.shape != shape or arr.dtype.kind not in "biufc":
+        try:  # SB3's assignment, on a scratch row: numpy's broadcasting and conversion errors
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                np.empty((1, *shape), dtype)[0] = arr
+        except Exception as e:
+            raise usage_error(e, _obs_hint(name, shape, dtype, arr), argument=True) from None
+    return arr
+
+
+def lossless_obs(arr: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarray:
+    """An array :func:`sb3_obs` accepted, as stored: exactly ``shape``, in ``dtype``, values unchanged.
+
+    Raises :class:`~sb3_integration.errors.DataLossError` where SB3 would store
+    something else: a broadcast that repeats values (one env's observation for
+    several envs), or a cast that changes values (see :func:`lossless_cast`).
+    Leading axes of length 1 may be added or dropped, as numpy's assignment does
+    (one env, no env axis).
+    """
     if arr.shape != shape:
-        raise ValueError(f"{name}: expected shape {shape} and dtype {dtype}, got shape {arr.shape} and dtype {arr.dtype}")
+        if arr.size != math.prod(shape):
+            raise DataLossError(f"{_obs_hint(name, shape, dtype, arr)}: SB3 would broadcast it, storing the "
+                                "same values for several envs or elements; pass one observation per env")
+        arr = arr.reshape(shape)  # equal sizes and broadcastable: only leading axes of length 1 differ
     if arr.dtype != dtype:
-        arr = lossless_cast(arr, dtype, name)
+        try:
+            if arr.dtype.kind == "c":  # the cast to a real dtype warns; lossless_cast refuses what it drops
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", _COMPLEX_WARNING)
+                    arr = lossless_cast(arr, dtype, name)
+            else:
+                arr = lossless_cast(arr, dtype, name)
+        except ValueError as e:
+            raise DataLossError(f"{e} (SB3 would store them changed)") from None
     return arr
 
 

@@ -39,9 +39,9 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.her.goal_selection_strategy import GoalSelectionStrategy
 
 from chunkstore import FormatError, Tier
-from sb3_integration.errors import SpaceMismatchError
 from sb3_integration.extra_buffers import convert_samples
 from sb3_integration.replay import CompressedDictReplayBuffer, _CompressedReplayMixin
+from sb3_integration.sb3_ops import check_her_add
 
 __all__ = ["CompressedHerReplayBuffer", "decode_infos", "encode_infos"]
 
@@ -91,11 +91,6 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
                  optimize_memory_usage: bool = False, handle_timeout_termination: bool = True,
                  n_sampled_goal: int = 4, goal_selection_strategy: GoalSelectionStrategy | str = "future",
                  copy_info_dict: bool = False, **options: Any) -> None:
-        if not isinstance(observation_space, spaces.Dict):
-            raise SpaceMismatchError(
-                "DictReplayBuffer must be used with Dict obs space only (CompressedHerReplayBuffer needs "
-                "a goal-conditioned Dict observation space: observation, achieved_goal, desired_goal; "
-                f"got {type(observation_space).__name__})")
         self._store_options = options  # sb3-extra-buffers' arguments and store options, for _HerStorage
         super().__init__(buffer_size, observation_space, action_space, env, device, n_envs,  # type: ignore[arg-type]
                          optimize_memory_usage, handle_timeout_termination, n_sampled_goal,
@@ -105,10 +100,12 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
             reward: np.ndarray, done: np.ndarray, infos: list[dict[str, Any]]) -> None:
         """SB3's HER ``add``, all or nothing.
 
-        SB3's bookkeeping runs before and after the transition is stored; if an
-        exception (Ctrl-C) interrupts it, what ran before is undone when the
+        Every argument is checked first, SB3's errors first (a failed add changes
+        nothing). SB3's bookkeeping runs before and after the transition is stored;
+        if an exception (Ctrl-C) interrupts it, what ran before is undone when the
         transition was not stored, and what comes after is completed when it was.
         """
+        check_her_add(self, obs, next_obs, action, reward, done, infos)
         with self._lock:
             pos, full = self.pos, self.full
             saved = self._bookkeeping(pos)

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3 import HerReplayBuffer
 from stable_baselines3.common.buffers import (
     BaseBuffer,
     DictReplayBuffer,
@@ -50,7 +51,6 @@ from sb3_integration._common import (
     DEFAULT_COMPRESSION,
     ObservationView,
     StoreOptions,
-    coerce_obs,
     pack_array,
     same_rows,
     stack_axis_order,
@@ -58,7 +58,7 @@ from sb3_integration._common import (
     unpack_array,
 )
 from sb3_integration.columns import SMALL_ARRAYS, Columns
-from sb3_integration.errors import SpaceMismatchError
+from sb3_integration.errors import SpaceMismatchError, UsageAssertionError, UsageValueError
 from sb3_integration.extra_buffers import (
     convert_samples,
     describe,
@@ -66,6 +66,7 @@ from sb3_integration.extra_buffers import (
 )
 from sb3_integration.frames import NEXT, OBS, FrameStore
 from sb3_integration.persistence import ReplayFiles
+from sb3_integration.sb3_ops import check_allocation, check_replay_add, like_sb3
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -128,13 +129,15 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
         The one constructor of every compressed replay buffer: the SB3 class's own
         checks (:data:`_SB3_CHECKS`) run here, after ``BaseBuffer.__init__``, as
-        SB3's constructors run them; SB3's allocation of full-size arrays does not.
+        SB3's constructors run them; SB3's full-size arrays are checked (the errors
+        their shapes raise), not allocated.
         """
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=compression_method, compression_kwargs=compression_kwargs,
             decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
-        options, frame_dedup, small_arrays = StoreOptions.from_kwargs(extra.compression_method, store_options)
+        options, frame_dedup, small_arrays = StoreOptions.from_kwargs(extra.compression_method, store_options,
+                                                                      owner=type(self).__name__)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
         for check in _sb3_checks(type(self)):
             check(self, optimize_memory_usage, handle_timeout_termination)
@@ -225,54 +228,13 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             self.observations, self.next_observations = views[OBS], views[NEXT]
 
     # -- writing ---------------------------------------------------------------------------
-    def _coerce(self, obs: Any, name: str) -> dict[Any, np.ndarray]:
-        if None in self._stores:  # the common case: one key
-            fs = self._stores[None]
-            return {None: coerce_obs(obs, (self.n_envs, *fs.obs_shape), fs.dtype, name,
-                                     reshape=isinstance(self.observation_space, spaces.Discrete))}
-        if not isinstance(obs, dict):
-            raise ValueError(f"{name}: expected a dict with keys {list(self._stores)}, got {type(obs).__name__}")
-        out = {}
-        for key, sub in subspaces(self.observation_space).items():
-            if key not in obs:
-                raise ValueError(f"{name}: missing key {key!r}")
-            fs = self._stores[key]
-            out[key] = coerce_obs(obs[key], (self.n_envs, *fs.obs_shape), fs.dtype, f"{name}[{key!r}]",
-                                  reshape=isinstance(sub, spaces.Discrete))
-        return out
-
-    def _small_values(self, action: Any, reward: Any, done: Any, infos: list[dict[str, Any]]) -> list[np.ndarray]:
-        """SB3's small values as ``add()`` will store them, converted (so checked) before any write.
-
-        The conversions are the casts SB3's assignments make (float64 rewards round to
-        float32, float actions truncate to an integer action dtype), done up front.
-        """
-        n = self.n_envs
-        action = np.asarray(action)
-        if action.size != n * self.action_dim:
-            raise ValueError(f"action: expected {n * self.action_dim} values "
-                             f"(n_envs={n}, action_dim={self.action_dim}), got shape {action.shape}")
-        rows = [action.reshape((n, self.action_dim)), reward, done]
-        names = ["action", "reward", "done"]
-        if self.handle_timeout_termination:
-            if len(infos) != n:
-                raise ValueError(f"infos: expected {n} dicts, got {len(infos)}")
-            rows.append([info.get("TimeLimit.truncated", False) for info in infos])
-            names.append("infos")
-        for i, name in enumerate(names):
-            try:
-                rows[i] = np.asarray(rows[i]).astype(self.actions.dtype if i == 0 else np.float32, copy=False)
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{name}: cannot store {rows[i]!r}: {e}") from None
-            if i and (rows[i].ndim > 1 or rows[i].size not in (1, n)):  # what broadcasting to (n_envs,) accepts
-                raise ValueError(f"{name}: expected shape ({n},), got shape {rows[i].shape}")
-        return rows
-
     def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
             infos: list[dict[str, Any]]) -> None:
-        """SB3's ``add``; raises ValueError (and changes nothing) on a wrong shape or a lossy dtype."""
-        obs_in, next_in = self._coerce(obs, "obs"), self._coerce(next_obs, "next_obs")
-        small = self._small_values(action, reward, done, infos)
+        """SB3's ``add``: SB3's errors where SB3 fails (nothing written), DataLossError for lossy input.
+
+        See :mod:`sb3_integration.sb3_ops` (SB3's operations on scratch rows, first).
+        """
+        obs_in, next_in, small = check_replay_add(self, obs, next_obs, action, reward, done, infos)
         with self._lock:
             # an interrupt anywhere below leaves only row pos torn (pos has not moved), and the
             # next add rewrites it: the frame stores keep every other row intact
@@ -320,6 +282,13 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
                 tier.close()
 
     # -- reading ---------------------------------------------------------------------------
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
+        """SB3's ``sample``; from an empty buffer, SB3's error (numpy's ``high <= 0``) says why too."""
+        if self.size():  # type: ignore[attr-defined]
+            return super().sample(batch_size, env=env)  # type: ignore[misc]
+        return like_sb3(lambda: super(_CompressedReplayMixin, self).sample(batch_size, env=env),  # type: ignore[misc]
+                        "sample() from an empty buffer: add transitions first", argument=False)
+
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """The (which, rows) reads SB3's ``_get_samples`` will make for ``batch_inds``."""
         if self.optimize_memory_usage:
@@ -454,25 +423,54 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
 
 # -- SB3's constructor checks, written once -------------------------------------------------
+def _rows(buf: Any) -> int:
+    """SB3's ``max(buffer_size // n_envs, 1)``, with its error (n_envs=0: ZeroDivisionError)."""
+    return like_sb3(lambda: max(buf.buffer_size // buf.n_envs, 1), f"n_envs must be >= 1, got {buf.n_envs!r}",
+                    argument=False)
+
+
+def _check_arrays(buf: Any, rows: int) -> None:
+    """SB3's allocations of observations and actions (their argument errors), without allocating."""
+    name, n = type(buf).__name__, buf.n_envs
+    keys = buf.obs_shape.items() if isinstance(buf, DictReplayBuffer) else [(None, buf.obs_shape)]
+    for key, shape in keys:
+        if isinstance(shape, dict):  # a Dict space given to a non-Dict buffer: SB3's np.zeros unpacks its keys
+            hint = (f"{name} got a Dict observation space; use CompressedDictReplayBuffer (SB3's "
+                    "DictReplayBuffer), or CompressedHerReplayBuffer for goal-conditioned envs")
+        else:
+            hint = f"{name}: SB3 allocates observations{'' if key is None else f'[{key!r}]'} of shape " \
+                   f"({rows!r}, {n!r}, *{shape})"
+        space = buf.observation_space if key is None else buf.observation_space[key]
+        check_allocation((rows, n, *shape), space.dtype, hint)
+    check_allocation((rows, n, buf.action_dim), ReplayBuffer._maybe_cast_dtype(buf.action_space.dtype),
+                     f"{name}: SB3 allocates actions of shape ({rows!r}, {n!r}, {buf.action_dim})")
+
+
 def _check_replay(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
-    """``ReplayBuffer.__init__``'s check, and the failure its allocation would hit on a Dict space."""
+    """``ReplayBuffer.__init__``'s checks, in its order (a Dict space fails its allocation)."""
+    rows = _rows(buf)
     if optimize_memory_usage and handle_timeout_termination:
-        raise ValueError(
+        raise UsageValueError(
             "ReplayBuffer does not support optimize_memory_usage = True "
-            "and handle_timeout_termination = True simultaneously."
-        )
-    if isinstance(buf.obs_shape, dict):
-        raise TypeError(f"{type(buf).__name__} got a Dict observation space; use CompressedDictReplayBuffer "
-                        "(SB3's DictReplayBuffer), or CompressedHerReplayBuffer for goal-conditioned envs")
+            "and handle_timeout_termination = True simultaneously.",
+            "pass handle_timeout_termination=False, or leave optimize_memory_usage off: it saves nothing "
+            "here (frame dedup stores next_obs[t] == obs[t+1] once already)")
+    _check_arrays(buf, rows)
 
 
 def _check_dict(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
-    """``DictReplayBuffer.__init__``'s assertions, in its order."""
+    """``DictReplayBuffer.__init__``'s assertions and allocations, in its order (raised under -O too)."""
+    name, space = type(buf).__name__, type(buf.observation_space).__name__
     if not isinstance(buf.obs_shape, dict):
-        raise SpaceMismatchError("DictReplayBuffer must be used with Dict obs space only "
-                                 f"({type(buf).__name__} got a {type(buf.observation_space).__name__} space; "
-                                 "use CompressedReplayBuffer)")
-    assert not optimize_memory_usage, "DictReplayBuffer does not support optimize_memory_usage"
+        hint = (f"{name} needs a goal-conditioned Dict observation space: observation, achieved_goal, "
+                f"desired_goal; got {space}") if isinstance(buf, HerReplayBuffer) else \
+            f"{name} got a {space} space; use CompressedReplayBuffer"
+        raise SpaceMismatchError("DictReplayBuffer must be used with Dict obs space only", hint)
+    rows = _rows(buf)
+    if optimize_memory_usage:
+        raise UsageAssertionError("DictReplayBuffer does not support optimize_memory_usage",
+                                  "leave it off: frame dedup stores next_obs[t] == obs[t+1] once already")
+    _check_arrays(buf, rows)
 
 
 def _check_nstep(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:

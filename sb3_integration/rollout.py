@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+from stable_baselines3.common.buffers import BaseBuffer, DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.preprocessing import get_obs_shape
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
@@ -40,12 +40,13 @@ from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     ObservationView,
     StoreOptions,
-    coerce_obs,
     stack_axis_order,
     subspaces,
 )
+from sb3_integration.errors import RolloutNotFullError, UsageTypeError
 from sb3_integration.extra_buffers import convert_samples, describe, parse_extra_buffers_args
 from sb3_integration.frames import OBS, FrameStore
+from sb3_integration.sb3_ops import check_rollout_add, check_rollout_allocation, check_rollout_space
 
 __all__ = ["DEFAULT_ROLLOUT_COMPRESSION", "CompressedDictRolloutBuffer", "CompressedRolloutBuffer"]
 
@@ -84,14 +85,17 @@ class _CompressedRolloutMixin(ClosableBuffer):
         chunk_len: int | None = None,
         frame_dedup: bool = True,
         threads: int | None = None,
+        **unexpected: Any,
     ) -> None:
         """SB3's arguments, then sb3-extra-buffers' (its positional order), then store options.
 
         SB3's own ``__init__`` runs (its checks, its ``reset``, which is ours).
         """
-        if isinstance(observation_space, spaces.Dict) and not isinstance(self, DictRolloutBuffer):
-            raise TypeError(f"{type(self).__name__} got a Dict observation space; use "
-                            "CompressedDictRolloutBuffer (SB3's DictRolloutBuffer)")
+        if unexpected:  # worded as Python words it for SB3's class, with ours
+            raise UsageTypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument "
+                                 f"{next(iter(unexpected))!r}", "the store options are chunk_len, frame_dedup, threads")
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
+        check_rollout_space(self)
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=DEFAULT_ROLLOUT_COMPRESSION if compression_method is None else compression_method,
@@ -112,7 +116,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
         opt = self.store_options
         self._stores = {
             key: FrameStore(
-                tuple(get_obs_shape(sub)), sub.dtype, self.buffer_size, self.n_envs, stacks_per_row=1,
+                tuple(get_obs_shape(sub)), sub.dtype, max(self.buffer_size, 1), self.n_envs, stacks_per_row=1,
                 chunk_len=opt.chunk_len, codec=opt.compression_method, cache=0, threads=opt.threads,
                 dedup=self.frame_dedup, axis_order=stack_axis_order(sub),
                 name="observations" if key is None else f"observations[{key}]",
@@ -142,6 +146,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
         return self._stores[key].gather([(OBS, rows)], envs)[0]
 
     def reset(self) -> None:
+        check_rollout_allocation(self)  # SB3's allocations' errors (a Dict space, a negative size)
         _reset_fields(self)  # first: from here no row is visible, so clearing the stores hides nothing
         self._reset_observations()
 
@@ -150,8 +155,12 @@ class _CompressedRolloutMixin(ClosableBuffer):
 
         (SB3 flattens array after array: an interrupt in between would leave some
         flattened and some not, and the next ``get`` would flatten those twice.)
+        Before the rollout is full, SB3's (empty) assertion says why too.
         """
-        if self.full and not self.generator_ready:
+        if not self.full:
+            raise RolloutNotFullError("", f"get() needs a full rollout: {self.pos} of {self.buffer_size} steps "
+                                          "added (SB3 asserts self.full)")
+        if not self.generator_ready:
             self._flatten()
         yield from super().get(batch_size)  # type: ignore[misc]
 
@@ -167,9 +176,8 @@ class _CompressedRolloutMixin(ClosableBuffer):
     def add(self, obs: Any, action: np.ndarray, reward: np.ndarray, episode_start: np.ndarray,
             value: th.Tensor, log_prob: th.Tensor) -> None:
         """SB3's ``add`` (an array, or a dict of them for a Dict space); everything is checked
-        before anything is written."""
-        checked = self._check_all(obs)
-        fields = _check_fields(self, action, reward, episode_start, value, log_prob)
+        before anything is written (SB3's errors, see :mod:`sb3_integration.sb3_ops`)."""
+        checked, fields = check_rollout_add(self, obs, action, reward, episode_start, value, log_prob)
         _write_fields(self, fields)
         for key, fs in self._stores.items():
             fs.put(OBS, self.pos, checked[key])
@@ -182,20 +190,6 @@ class _CompressedRolloutMixin(ClosableBuffer):
             for fs in self._stores.values():
                 fs.clear()
         self._make_views()
-
-    def _check_all(self, obs: Any) -> dict[Any, np.ndarray]:
-        """Every key checked before any is written, so a bad key leaves the buffer unchanged."""
-        if self.pos >= self.buffer_size:
-            raise IndexError(f"the rollout buffer holds {self.buffer_size} steps and is full; call reset()")
-        out = {}
-        for key, sub in subspaces(self.observation_space).items():
-            if key is not None and (not isinstance(obs, dict) or key not in obs):
-                raise ValueError(f"observation dict lacks key {key!r}")
-            x = obs if key is None else obs[key]
-            shape = (self.n_envs, *self._stores[key].obs_shape)
-            out[key] = coerce_obs(x, shape, self._stores[key].dtype, "observations" if key is None else key,
-                                  reshape=isinstance(sub, spaces.Discrete))
-        return out
 
     def _converted(self, samples: Any) -> Any:
         return convert_samples(samples, output_dtype=None, normalize_images=self.normalize_images)
@@ -331,30 +325,6 @@ def _reset_fields(buf: Any) -> None:
 
 
 _FIELDS = ("actions", "rewards", "episode_starts", "values", "log_probs")
-
-
-def _check_fields(buf: Any, action: Any, reward: Any, episode_start: Any, value: th.Tensor,
-                  log_prob: th.Tensor) -> list[np.ndarray]:
-    if len(log_prob.shape) == 0:
-        log_prob = log_prob.reshape(-1, 1)
-    values = [
-        np.asarray(action).reshape((buf.n_envs, buf.action_dim)),
-        np.array(reward),
-        np.array(episode_start),
-        value.clone().cpu().numpy().flatten(),
-        log_prob.clone().cpu().numpy(),
-    ]
-    out = []
-    for name, v in zip(_FIELDS, values, strict=True):
-        target = getattr(buf, name)[buf.pos]
-        try:  # what SB3's assignment would do, into a scratch row first
-            row = np.empty_like(target)
-            row[...] = v
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"{name}: cannot store {v!r} in a row of shape {target.shape} "
-                             f"and dtype {target.dtype}: {e}") from None
-        out.append(row)
-    return out
 
 
 def _write_fields(buf: Any, rows: list[np.ndarray]) -> None:
