@@ -265,9 +265,16 @@ def test_private_codecs_fail_loudly_in_plain_h5py(tmp_path, codec):
         d = f["observations"]
         assert d.shape == arr.shape and d.dtype == arr.dtype
         assert d.attrs["codec"] == get_codec(codec).name and "chunkstore" in d.attrs["note"]
-        assert not d[160:176].any()  # an unwritten chunk is the fill value, no filter needed
         with pytest.raises(OSError):  # never the encoded bytes dressed up as data
             d[0:16]
+        # format 3 groups chunks 0..11 into one HDF5 chunk: the unwritten chunk 10 lies in a
+        # written HDF5 chunk, so it fails loudly as its neighbours do (never garbage)
+        assert d.chunks[0] > CHUNK_LEN
+        with pytest.raises(OSError):
+            d[160:176]
+    fmt.save(tmp_path / "v2.h5", {"observations": arr}, progress=False, format_version=2)
+    with h5py.File(tmp_path / "v2.h5", "r") as f:  # format 2: one HDF5 chunk per chunk
+        assert not f["observations"][160:176].any()  # an unwritten chunk is the fill value, no filter needed
 
 
 def test_plain_h5py_users_are_told_why_chunkstore_is_needed(tmp_path):
@@ -422,6 +429,9 @@ def test_chunk_table_and_file_index_must_agree(tmp_path, reseal):
         del table["chunks"], table["crc32"]
         table["chunks"] = np.array(sorted([*chunks, 10]), np.int64)
         table["crc32"] = np.array([*crcs[:10], 0, *crcs[10:]], np.uint32)
+        sizes = list(table["nbytes"][()])  # format 3 lists each chunk's size too
+        del table["nbytes"]
+        table["nbytes"] = np.array([*sizes[:10], 0, *sizes[10:]], np.uint32)
     with pytest.raises(CorruptFileError, match="chunk table of array 'observations' failed its checksum"):
         fmt.load(path)
     reseal(path)  # as a crafted file would be
