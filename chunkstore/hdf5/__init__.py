@@ -38,10 +38,11 @@ those bytes (``pread`` on the native path), never a whole HDF5 chunk, and checks
 CRC32 on the first read. The reader refuses a file whose HDF5 chunk sizes differ from
 the sums of their chunks' ``nbytes``. ``G`` is chosen per array at save time so that
 an HDF5 chunk holds about 256 KB (see :mod:`~chunkstore.hdf5._groups`): a save makes
-one HDF5 call per group instead of one per chunk (1M MsPacman frames, 250k chunks of
-~750 B: the save took 0.63-0.68 s against format 2's 1.67-1.70 s in one run, the lazy
-load 0.03 s against 0.37 s). ``G`` is 1 where plain HDF5 readers decode the chunks
-(below), unless ``save(..., plain_readable=False)``.
+one HDF5 call per group instead of one per chunk. Measured (``tools/bench_persistence.py``,
+``results/bench_persistence_v3.md``; a buffer of 1M MsPacman transitions, default
+codec, G = 366): save 0.94 s against format 2's 1.73 s in the same run, lazy load
+0.09 s against 0.43 s, file 0.97x the compressed bytes in RAM. ``G`` is 1 where plain
+HDF5 readers decode the chunks (below), unless ``save(..., plain_readable=False)``.
 
 Format 2 (still read, and written by ``save(..., format_version=2)``) is format 3 with
 G = 1 everywhere, without ``chunks_per_hdf5_chunk`` and ``nbytes`` (sizes come from
@@ -83,11 +84,11 @@ recompressed; what plain HDF5 readers see depends on the codec's
   ones fails like them). The dataset keeps its true shape and dtype; its ``note``
   attribute and the root ``reader_note`` say that chunkstore is needed, and why.
 
-Measured cost of keeping plain zstd readable (G = 1), in the same run: 1M frames at
-chunk_len 4 with plain ``zstd3`` (250k chunks) saved in 1.9-2.5 s, grouped
-(``plain_readable=False``) in 0.84-0.89 s. The default keeps them readable, as the
-documentation of the ``zstd3`` codec promises; the default codec (a trained
-dictionary) is grouped either way.
+Measured cost of keeping plain zstd readable (G = 1), same run as above, store level:
+1M frames at chunk_len 4 with plain ``zstd3`` (250k chunks) save in 2.05 s (format 2:
+2.10 s), grouped with ``plain_readable=False`` in 0.98 s (0.46x). The default keeps them
+readable, as the documentation of the ``zstd3`` codec promises; the default codec (a
+trained dictionary) is grouped either way.
 
 The partial last chunk. HDF5 stores every chunk at full size, so a filter must decode
 the last chunk to ``chunk_len`` rows. For datasets with a standard filter (or none), it

@@ -93,7 +93,7 @@ class ChunkSource:
         """A frozen snapshot: ``(chunk index, bytes)`` pairs, in any order, each index once."""
         items = sorted(((int(c), memoryview(b).cast("B")) for c, b in pairs), key=lambda p: p[0])
         views = [v for _, v in items]
-        shape = (int(item_shape),) if np.isscalar(item_shape) else tuple(item_shape)
+        shape = tuple(np.atleast_1d(item_shape).tolist()) if np.ndim(item_shape) else (int(item_shape),)
         return cls(int(capacity), shape, np.dtype(dtype), int(chunk_len), get_codec(codec),
                    np.array([c for c, _ in items], np.int64), np.array([v.nbytes for v in views], np.int64),
                    lambda: iter(views))
