@@ -64,14 +64,16 @@ def reseal_checksums(path) -> None:
 
     with h5py.File(path, "r+") as f:
         sums = {"arrays": {}, "extras": {}}
+        version = int(f.attrs["format_version"])
         for name in json.loads(f.attrs["arrays"]):
             dset, group = f[name], f[f"{META}/arrays/{name}"]
             config = dset.attrs["codec_config"] if "codec_config" in dset.attrs else (
                 group["codec_config"][()].tobytes().decode())
             tail = (int(group["tail"].shape[0]), int(group["tail"].attrs["crc32"])) if "tail" in group else None
+            sizes = group["nbytes"][()] if version >= 3 else None  # format 3 lists chunk sizes
             sums["arrays"][name] = {
-                "meta": record_crc(array_record(dset)), "codec": crc32(config.encode()),
-                "index": record_crc(index_record(group["chunks"][()], group["crc32"][()], tail))}
+                "meta": record_crc(array_record(dset, version)), "codec": crc32(config.encode()),
+                "index": record_crc(index_record(group["chunks"][()], group["crc32"][()], tail, sizes))}
         for name in json.loads(f.attrs["extras"]):
             sums["extras"][name] = record_crc(extra_record(f[name]))
         sums["header"] = record_crc(header_record(f))

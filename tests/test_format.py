@@ -96,6 +96,7 @@ def flip_byte(path, offset: int) -> None:
 def test_round_trip_every_codec_and_dtype(tmp_path, codec, dtype, lazy):
     arr = make_array(codec, dtype)
     want = np.asarray(arr)
+    arr.flush()  # a save encodes open chunks without sealing them: seal them, to compare chunk by chunk
     path = tmp_path / "s.h5"
     fmt.save(path, {"observations": arr}, progress=False)
     with fmt.load(path, lazy=lazy) as store:
@@ -265,9 +266,16 @@ def test_private_codecs_fail_loudly_in_plain_h5py(tmp_path, codec):
         d = f["observations"]
         assert d.shape == arr.shape and d.dtype == arr.dtype
         assert d.attrs["codec"] == get_codec(codec).name and "chunkstore" in d.attrs["note"]
-        assert not d[160:176].any()  # an unwritten chunk is the fill value, no filter needed
         with pytest.raises(OSError):  # never the encoded bytes dressed up as data
             d[0:16]
+        # format 3 groups chunks 0..11 into one HDF5 chunk: the unwritten chunk 10 lies in a
+        # written HDF5 chunk, so it fails loudly as its neighbours do (never garbage)
+        assert d.chunks[0] > CHUNK_LEN
+        with pytest.raises(OSError):
+            d[160:176]
+    fmt.save(tmp_path / "v2.h5", {"observations": arr}, progress=False, format_version=2)
+    with h5py.File(tmp_path / "v2.h5", "r") as f:  # format 2: one HDF5 chunk per chunk
+        assert not f["observations"][160:176].any()  # an unwritten chunk is the fill value, no filter needed
 
 
 def test_plain_h5py_users_are_told_why_chunkstore_is_needed(tmp_path):
@@ -305,6 +313,7 @@ def test_plain_h5py_users_are_told_why_chunkstore_is_needed(tmp_path):
 def test_writing_into_a_lazy_array_then_saving_over_its_own_file(tmp_path):
     arr = make_array("zstd3", np.int16)
     want = np.asarray(arr).copy()
+    arr.flush()  # a save encodes open chunks without sealing them: seal them, to count file chunks
     path = tmp_path / "s.h5"
     fmt.save(path, {"observations": arr}, {"pos": np.array(3)}, progress=False)
     store = fmt.load(path)
@@ -422,6 +431,9 @@ def test_chunk_table_and_file_index_must_agree(tmp_path, reseal):
         del table["chunks"], table["crc32"]
         table["chunks"] = np.array(sorted([*chunks, 10]), np.int64)
         table["crc32"] = np.array([*crcs[:10], 0, *crcs[10:]], np.uint32)
+        sizes = list(table["nbytes"][()])  # format 3 lists each chunk's size too
+        del table["nbytes"]
+        table["nbytes"] = np.array([*sizes[:10], 0, *sizes[10:]], np.uint32)
     with pytest.raises(CorruptFileError, match="chunk table of array 'observations' failed its checksum"):
         fmt.load(path)
     reseal(path)  # as a crafted file would be
@@ -560,6 +572,7 @@ def test_save_sigkilled_from_outside_leaves_previous_file_intact(saved_before):
 # -- readers for tools -------------------------------------------------------------------------
 def test_read_observations(tmp_path):
     arr = make_array()
+    arr.flush()  # a save encodes open chunks without sealing them: seal them, to list stored chunks
     path = tmp_path / "s.h5"
     fmt.save(path, {"observations": arr}, progress=False)
     got = fmt.read_observations(path)

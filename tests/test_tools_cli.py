@@ -140,7 +140,7 @@ def test_verify_says_what_it_checked(tmp_path):
     first, *rest = out.stdout.splitlines()
     assert first.startswith(f"OK {tmp_path / 'dict.h5'} (79 chunks, 18 checksums, ") and first.endswith(" s)")
     text = "\n".join(rest)
-    assert "chunkstore format 2" in text and "observations/frames" in text
+    assert "chunkstore format 3" in text and "observations/frames" in text
     assert "codec config and trained dictionary" in text and "header" in text
     assert "14 extra descriptions" in text
     old = run_tool("verify", FIXTURES / "replay_default.h5")

@@ -9,7 +9,17 @@ transitions (cycling ~20k collected ones), then save and load it:
   lazily and into RAM (see the ``ours_*`` hooks below).
 
 Targets (issue 4): saving 1M transitions <= 2 s, file <= 1.05x the in-RAM
-compressed bytes, lazy load <= 1 s.
+compressed bytes, lazy load <= 1 s. Our rows run once per file format (``--formats``,
+default 3 and 2: the ``CHUNKSTORE_SAVE_FORMAT`` variable set in the child), so the
+current format is compared with the previous one in the same run; saves and lazy
+loads are repeated (``--repeats``) and their median reported.
+
+Part 1b, layouts (issue 18), store level: one ``ChunkedArray`` of N real frames per
+codec, saved by ``chunkstore.hdf5.save`` in each layout (format 2; format 3; format 3
+with ``plain_readable=False``), the layouts interleaved in repeated rounds in one
+process: save s, lazy load s, their ratios to format 2's, file size against the
+in-RAM compressed bytes, chunks per HDF5 chunk, whether plain h5py + hdf5plugin reads
+the frames, exactness.
 
 Part 2, larger than RAM: 10M MsPacman transitions under a ``HybridTier`` RAM budget
 of 256 MB, peak RSS sampled by a thread (psutil), fill rate, sample(256) against
@@ -26,6 +36,7 @@ Examples
     .venv/bin/python tools/bench_persistence.py --out results/bench_persistence.json
     .venv/bin/python tools/bench_persistence.py --sizes 100000 --skip-huge          # save/load only
     .venv/bin/python tools/bench_persistence.py --skip-save --huge-transitions 2000000 --huge-level store
+    .venv/bin/python tools/bench_persistence.py --only ours --skip-huge --out results/bench_persistence_v3.json
 """
 
 from __future__ import annotations
@@ -164,6 +175,9 @@ def _samples_equal(a: Any, b: Any, seed: int) -> bool:
 def child_save(cfg: dict[str, Any]) -> dict[str, Any]:
     from atari_data import collect_stacked
 
+    if cfg.get("save_format"):  # buffer.save() writes the format this variable names
+        os.environ["CHUNKSTORE_SAVE_FORMAT"] = str(cfg["save_format"])
+
     tr = collect_stacked(GAME, cfg["collect_steps"], 1, cfg["seed"], cfg.get("cache_dir"))
     obs_space, act_space = _spaces()
     n_adds = cfg["transitions"]
@@ -220,10 +234,14 @@ def _pickle_save_load(buf: Any, tmp: str, cfg: dict[str, Any], ref: dict[str, np
 def _ours_save_load(buf: Any, tmp: str, cfg: dict[str, Any], ref: dict[str, np.ndarray]) -> dict[str, Any]:
     path = os.path.join(tmp, "buffer.h5")
     res: dict[str, Any] = {"in_ram_bytes": ours_in_ram_bytes(buf), "other_arrays_bytes": ours_other_bytes(buf)}
-    t0 = time.perf_counter()
-    ours_save(buf, path)
-    res["save_s"] = time.perf_counter() - t0
+    saves = []
+    for _ in range(cfg.get("repeats", 1)):  # each save replaces the file, as a user's would
+        t0 = time.perf_counter()
+        ours_save(buf, path)
+        saves.append(time.perf_counter() - t0)
+    res.update(save_s=float(np.median(saves)), save_s_all=saves)
     res["file_bytes"] = os.path.getsize(path)
+    res["file_format"] = _file_format(path)
     res["file_vs_ram"] = res["file_bytes"] / res["in_ram_bytes"]
     # the file also holds actions / rewards / dones / timeouts: compare with everything in RAM too
     res["file_vs_ram_all"] = res["file_bytes"] / (res["in_ram_bytes"] + res["other_arrays_bytes"])
@@ -232,9 +250,16 @@ def _ours_save_load(buf: Any, tmp: str, cfg: dict[str, Any], ref: dict[str, np.n
     for lazy in (True, False):
         key = "lazy" if lazy else "ram"
         try:
-            t0 = time.perf_counter()
-            loaded = ours_load(path, lazy=lazy)
-            res[f"load_{key}_s"] = time.perf_counter() - t0
+            loads = []
+            for _ in range(cfg.get("repeats", 1) if lazy else 1):
+                t0 = time.perf_counter()
+                loaded = ours_load(path, lazy=lazy)
+                loads.append(time.perf_counter() - t0)
+                if len(loads) < cfg.get("repeats", 1) and lazy:
+                    loaded.close()
+                    del loaded
+                    gc.collect()
+            res[f"load_{key}_s"], res[f"load_{key}_s_all"] = float(np.median(loads)), loads
             t0 = time.perf_counter()
             res[f"exact_{key}"] = _check_ref(loaded, cfg["seed"], ref)
             res[f"first_sample_{key}_ms"] = (time.perf_counter() - t0) * 1e3
@@ -244,6 +269,79 @@ def _ours_save_load(buf: Any, tmp: str, cfg: dict[str, Any], ref: dict[str, np.n
         except NotImplementedError as e:
             res[f"load_{key}_error"] = str(e)
     return res
+
+
+def _file_format(path: str) -> dict[str, Any]:
+    """The file's format version and each array's chunks per HDF5 chunk (as its header says)."""
+    from chunkstore import hdf5
+
+    with hdf5.load(path, lazy=True, cache=0) as store:
+        return {"version": store.header["format_version"],
+                "chunks_per_hdf5_chunk": store.header.get("chunks_per_hdf5_chunk", {})}
+
+
+# == part 1b: layouts, store level ===============================================
+
+LAYOUTS = {"format 2": {"format_version": 2}, "format 3": {"format_version": 3},
+           "format 3, plain_readable=False": {"format_version": 3, "plain_readable": False}}
+
+
+def child_layouts(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One frames array of ``cfg["transitions"]`` real frames, saved in every layout in turn."""
+    from atari_data import collect_frames
+
+    from chunkstore import ChunkedArray, hdf5
+
+    frames = collect_frames(GAME, cfg["collect_steps"], cfg["seed"], cache_dir=cfg.get("cache_dir"))
+    n = cfg["transitions"]
+    arr = ChunkedArray(n, (84, 84), np.uint8, chunk_len=cfg["chunk_len"], codec=cfg["codec"], name="frames")
+    for start in range(0, n, len(frames)):
+        arr.write(start, frames[: min(len(frames), n - start)])
+    arr.flush()
+    layouts = {k: v for k, v in LAYOUTS.items()
+               if v.get("plain_readable", True) or arr.codec.hdf5_filter is not None}  # else same as format 3
+    times: dict[str, dict[str, list[float]]] = {k: {"save": [], "lazy": []} for k in layouts}
+    rows: dict[str, dict[str, Any]] = {}
+    idx = np.random.default_rng(cfg["seed"]).integers(0, n, 256)
+    tmp = tempfile.mkdtemp(dir=cfg.get("tmp_dir"))
+    try:
+        for _ in range(cfg["repeats"]):  # rounds: every layout sees the same machine load
+            for label, kwargs in layouts.items():
+                path = os.path.join(tmp, "frames.h5")
+                t0 = time.perf_counter()
+                hdf5.save(path, {"frames": arr}, progress=False, **kwargs)
+                times[label]["save"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                with hdf5.load(path, lazy=True) as store:
+                    times[label]["lazy"].append(time.perf_counter() - t0)
+                    got = store.arrays["frames"]
+                    t0 = time.perf_counter()
+                    exact = bool(np.array_equal(got.take(idx), frames[idx % len(frames)]))
+                    first_ms = (time.perf_counter() - t0) * 1e3
+                    rows[label] = {"file_bytes": os.path.getsize(path), "exact": exact, "first_take_ms": first_ms,
+                                   "group": store.header["chunks_per_hdf5_chunk"]["frames"],
+                                   "hdf5_filter": store.header["hdf5_filters"]["frames"],
+                                   "plain_h5py": _plain_read(path, frames[:8])}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for label, row in rows.items():
+        row.update(save_s=float(np.median(times[label]["save"])), load_lazy_s=float(np.median(times[label]["lazy"])),
+                   save_s_all=times[label]["save"], load_lazy_s_all=times[label]["lazy"],
+                   file_vs_ram=row["file_bytes"] / arr.cbytes)
+    return {"codec": arr.codec.name, "chunks": int(arr.nchunks), "cbytes": int(arr.cbytes), "layouts": rows}
+
+
+def _plain_read(path: str, want: np.ndarray) -> str:
+    """What plain h5py + hdf5plugin returns for the first frames: "yes" (exact), "fails loudly", "WRONG"."""
+    import h5py
+    import hdf5plugin  # noqa: F401 - the Zstd filter
+
+    try:
+        with h5py.File(path, "r") as f:
+            got = f["frames"][: len(want)]
+    except OSError:
+        return "fails loudly"
+    return "yes" if np.array_equal(got, want) else "WRONG"
 
 
 def child_huge(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -321,7 +419,8 @@ def _huge_buffer(cfg: dict[str, Any], tier: Any) -> dict[str, Any]:
 
 def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
     try:
-        return child_huge(cfg) if cfg["bench"] == "huge" else child_save(cfg)
+        child = {"huge": child_huge, "layouts": child_layouts}.get(cfg["bench"], child_save)
+        return child(cfg)
     except NotImplementedError as e:
         return {"error": f"not implemented yet: {e}"}
 
@@ -340,8 +439,16 @@ def save_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
         if "sb3eb" in args.only and not big:
             cfgs += [dict(base, kind="sb3eb", method=m, transitions=n, label=f"sb3eb {m} pickle") for m in args.sb3eb]
         if "ours" in args.only:
-            cfgs.append(dict(base, kind="ours", options=args.ours_options, transitions=n, label="ours save/load"))
+            cfgs += [dict(base, kind="ours", options=args.ours_options, transitions=n, save_format=v,
+                          repeats=args.repeats, label=f"chunkstore save/load, format {v}") for v in args.formats]
     return cfgs
+
+
+def layout_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [dict(bench="layouts", transitions=n, codec=codec, chunk_len=args.layout_chunk_len, seed=args.seed,
+                 collect_steps=args.collect_steps, cache_dir=args.cache_dir, tmp_dir=args.tmp_dir,
+                 repeats=args.repeats, label=f"layouts {codec}")
+            for n in args.layout_sizes for codec in args.layout_codecs]
 
 
 def huge_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -359,23 +466,57 @@ def huge_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     return cfgs
 
 
-def render(save_rows: list[dict[str, Any]], huge_rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def render_layouts(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    flat = []
+    for r in rows:
+        if "error" in r:
+            continue
+        base = r["layouts"].get("format 2", {})
+        for label, lay in r["layouts"].items():
+            flat.append({"transitions": r["transitions"], "codec": r["codec"], "layout": label,
+                         "group": lay["group"], "hdf5_filter": lay["hdf5_filter"], "save_s": lay["save_s"],
+                         "save_ratio": lay["save_s"] / base["save_s"] if base else None,
+                         "load_lazy_s": lay["load_lazy_s"],
+                         "lazy_ratio": lay["load_lazy_s"] / base["load_lazy_s"] if base else None,
+                         "file_mb": lay["file_bytes"] / MB, "file_vs_ram": lay["file_vs_ram"],
+                         "first_take_ms": lay["first_take_ms"], "plain_h5py": lay["plain_h5py"],
+                         "exact": lay["exact"]})
+    if not flat:
+        return []
+    return [f"\n### Layouts, store level: one frames array of real {GAME} frames, chunk_len "
+            f"{args.layout_chunk_len}, layouts interleaved in {args.repeats} rounds in one process (medians)\n",
+            md_table(flat, [("transitions", "frames"), ("codec", "codec"), ("layout", "layout"),
+                            ("group", "chunks per HDF5 chunk"), ("hdf5_filter", "declared filter"),
+                            ("save_s", "save s"), ("save_ratio", "save / format 2"),
+                            ("load_lazy_s", "lazy load s"), ("lazy_ratio", "lazy load / format 2"),
+                            ("file_mb", "file MB"), ("file_vs_ram", "file / in-RAM bytes"),
+                            ("first_take_ms", "first take(256) ms"), ("plain_h5py", "plain h5py reads"),
+                            ("exact", "exact")])]
+
+
+def render(save_rows: list[dict[str, Any]], huge_rows: list[dict[str, Any]], args: argparse.Namespace,
+           layout_rows: list[dict[str, Any]] | None = None) -> str:
     parts = []
     if save_rows:
         for r in save_rows:
             if "error" not in r:
                 r["file_mb"] = r["file_bytes"] / MB
                 r["load_s"] = r.get("load_s", r.get("load_lazy_s"))
+        ours = [r for r in save_rows if r.get("kind") == "ours" and "error" not in r]
+        for r in ours:  # against the previous format's row of the same size, same run
+            v2 = next((o for o in ours if o["transitions"] == r["transitions"]
+                       and o["config"].get("save_format") == 2), None)
+            r["save_ratio"] = r["save_s"] / v2["save_s"] if v2 else None
         parts += [f"### Save / load, {GAME}, each row a fresh process\n", md_table(
             [r for r in save_rows if "error" not in r],
             [("transitions", "transitions"), ("label", "buffer"), ("file_mb", "file MB"), ("save_s", "save s"),
+             ("save_ratio", "save / format 2"),
              ("load_s", "load s (lazy for ours)"), ("load_ram_s", "load into RAM s"),
              ("file_vs_ram", "file / in-RAM obs"), ("file_vs_ram_all", "file / in-RAM obs + other arrays"), ("first_sample_lazy_ms", "first sample after lazy load ms"),
              ("exact_after_load", "exact (pickle)"), ("exact_lazy", "exact (lazy)"), ("exact_ram", "exact (RAM)")])]
-        ours = [r for r in save_rows if r.get("kind") == "ours" and "error" not in r]
         if ours:
             parts.append("\nTargets: " + "; ".join(
-                f"{r['transitions']:,}: save {fmt(r['save_s'])} s (<= 2 s at 1M), file/RAM "
+                f"{r['label']}, {r['transitions']:,}: save {fmt(r['save_s'])} s (<= 2 s at 1M), file/RAM "
                 f"{fmt(r['file_vs_ram'])} obs only, {fmt(r.get('file_vs_ram_all'))} incl. other arrays (<= 1.05), "
                 f"lazy load {fmt(r.get('load_lazy_s'))} s (<= 1 s)"
                 for r in ours))
@@ -398,7 +539,8 @@ def render(save_rows: list[dict[str, Any]], huge_rows: list[dict[str, Any]], arg
                               ("sample_vs_ram", "/ all-RAM"), ("peak_rss_mb", "peak RSS MB"),
                               ("peak_wo_source_mb", "peak RSS without source data MB"),
                               ("peak_growth_mb", "peak RSS growth MB"), ("exact", "exact")])]
-    errs = [r for r in save_rows + huge_rows if "error" in r]
+    parts += render_layouts(layout_rows or [], args)
+    errs = [r for r in save_rows + huge_rows + (layout_rows or []) if "error" in r]
     if errs:
         parts += ["\n### Not measured\n", *[f"- {r['label']} ({r.get('transitions', '')}): {r['error']}" for r in errs]]
     return "\n".join(parts)
@@ -413,6 +555,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline-max", type=int, default=100_000,
                    help="largest size for the pickle baselines (SB3 needs 56 GB at 1M)")
     p.add_argument("--ours-options", type=json.loads, default={}, help='JSON kwargs for our buffer, e.g. \'{"chunk_len": 64}\'')
+    p.add_argument("--formats", nargs="+", type=int, default=[3, 2], help="file formats our rows save in")
+    p.add_argument("--repeats", type=int, default=3, help="saves and lazy loads per row (median reported)")
+    p.add_argument("--layout-sizes", nargs="+", type=int, default=[1_000_000], help="frames of the layout rows")
+    p.add_argument("--layout-codecs", nargs="+", default=["zstd3+dict", "zstd3"])
+    p.add_argument("--layout-chunk-len", type=int, default=4)
+    p.add_argument("--skip-layouts", action="store_true")
     p.add_argument("--collect-steps", type=int, default=20_000)
     p.add_argument("--skip-save", action="store_true")
     p.add_argument("--skip-huge", action="store_true")
@@ -442,23 +590,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_huge:
         collect_frames(GAME, args.collect_steps, args.seed, cache_dir=args.cache_dir, progress=True)
         collect_stacked(GAME, args.huge_collect_steps, 1, args.seed, args.cache_dir, progress=True)
-    cfgs = ([] if args.skip_save else save_configs(args)) + ([] if args.skip_huge else huge_configs(args))
-    save_rows, huge_rows = [], []
+    cfgs = (([] if args.skip_save else save_configs(args)) + ([] if args.skip_layouts else layout_configs(args))
+            + ([] if args.skip_huge else huge_configs(args)))
+    save_rows, huge_rows, layout_rows = [], [], []
     bar = progress(cfgs, desc="configs", unit="cfg")
     for cfg in bar:
         bar.set_postfix_str(cfg["label"])
         res = {"label": cfg["label"], "kind": cfg.get("kind"), "level": cfg.get("level"), "tier": cfg.get("tier"),
                "transitions": cfg["transitions"], "config": cfg}
         res.update(run_fresh(__file__, cfg, timeout=args.timeout))
-        (huge_rows if cfg["bench"] == "huge" else save_rows).append(res)
+        {"huge": huge_rows, "layouts": layout_rows}.get(cfg["bench"], save_rows).append(res)
         bar.write(f"{cfg['label']:32s} {cfg['transitions']:>11,}: "
                   + (res["error"] if "error" in res else
                      ", ".join(f"{k}={fmt(res[k])}" for k in ("save_s", "load_s", "load_lazy_s", "file_bytes",
                                                               "fill_per_s", "sample_ms", "peak_rss") if k in res)),
                   file=sys.stderr)
-    md = render(save_rows, huge_rows, args)
+    md = render(save_rows, huge_rows, args, layout_rows)
     print(md)
-    save_results(args.out, {"args": vars(args), "save": save_rows, "huge": huge_rows}, md)
+    save_results(args.out, {"args": vars(args), "save": save_rows, "huge": huge_rows, "layouts": layout_rows}, md)
     return 0
 
 

@@ -73,6 +73,10 @@ class ArraySnapshot:
     def stored_chunks(self) -> np.ndarray:
         return self._chunks
 
+    def chunk_sizes(self) -> np.ndarray:
+        """Encoded size of each stored chunk, in the order of :meth:`stored_chunks`."""
+        return self._refs[2].copy()
+
     def flush(self) -> None:
         """Nothing to seal: open chunks were encoded at capture."""
 

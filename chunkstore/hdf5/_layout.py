@@ -19,8 +19,10 @@ from chunkstore.hdf5.checksum import crc32
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "GROUP_ATTR",
     "META",
     "PRIVATE_FILTER_ID",
+    "WRITABLE_VERSIONS",
     "array_record",
     "attr_value",
     "check_name",
@@ -37,7 +39,11 @@ __all__ = [
 FORMAT_NAME = "chunkstore"
 #: 1: chunks and extras carry CRC32s. 2: the header, each array's description, codec
 #: config (with a trained dictionary), chunk table and each extra's description too.
-FORMAT_VERSION = 2
+#: 3: one HDF5 chunk may hold several consecutive chunks (``chunks_per_hdf5_chunk``);
+#: the chunk table lists each chunk's size in its HDF5 chunk.
+FORMAT_VERSION = 3
+#: the versions :func:`~chunkstore.hdf5.save` can write (2: for older chunkstore readers)
+WRITABLE_VERSIONS = (2, 3)
 #: HDF5 filter id declared on datasets whose chunks only chunkstore can decode
 PRIVATE_FILTER_ID = 47_301
 #: the group holding chunk tables, CRCs and large codec configs
@@ -45,8 +51,10 @@ META = "_chunkstore"
 #: root attributes covered by the header checksum, in record order
 HEADER_ATTRS = ("format", "format_version", "chunkstore_version", "created", "attrs",
                 "arrays", "extras")
-#: dataset attributes of a chunked array covered by its checksum
+#: dataset attributes of a chunked array covered by its checksum (format 2)
 ARRAY_ATTRS = ("kind", "codec", "chunk_len", "capacity", "item_shape", "dtype", "hdf5_filter")
+#: the attribute format 3 adds: how many consecutive chunks one HDF5 chunk holds
+GROUP_ATTR = "chunks_per_hdf5_chunk"
 
 
 def attr_value(obj: h5py.HLObject, key: str) -> Any:
@@ -67,17 +75,26 @@ def header_record(f: h5py.File) -> list[Any]:
     return [attr_value(f, k) for k in HEADER_ATTRS]
 
 
-def array_record(dset: h5py.Dataset) -> dict[str, Any]:
-    """What the HDF5 dataset of a chunked array says about its geometry and codec."""
-    record = {k: attr_value(dset, k) for k in ARRAY_ATTRS}
+def array_record(dset: h5py.Dataset, version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """What the HDF5 dataset of a chunked array says about its geometry and codec.
+
+    ``version`` is the file's format version: format 3 covers :data:`GROUP_ATTR` too.
+    """
+    keys = ARRAY_ATTRS + ((GROUP_ATTR,) if version >= 3 else ())
+    record = {k: attr_value(dset, k) for k in keys}
     record.update(shape=list(dset.shape), chunks=list(dset.chunks or ()), h5dtype=dset.dtype.str)
     return record
 
 
-def index_record(chunks: np.ndarray, crcs: np.ndarray, tail: tuple[int, int] | None) -> list[Any]:
-    """The chunk table: stored chunk indices, their CRC32s, the verbatim tail (length, CRC32)."""
-    return [len(chunks), crc32(np.ascontiguousarray(chunks, "<i8")),
-            crc32(np.ascontiguousarray(crcs, "<u4")), list(tail) if tail else None]
+def index_record(chunks: np.ndarray, crcs: np.ndarray, tail: tuple[int, int] | None,
+                 nbytes: np.ndarray | None = None) -> list[Any]:
+    """The chunk table: stored chunk indices, their CRC32s, the verbatim tail (length, CRC32),
+    and (format 3) each chunk's size in its HDF5 chunk."""
+    record = [len(chunks), crc32(np.ascontiguousarray(chunks, "<i8")),
+              crc32(np.ascontiguousarray(crcs, "<u4")), list(tail) if tail else None]
+    if nbytes is not None:  # as int64: a crafted value cannot wrap around onto a valid one
+        record.append(crc32(np.ascontiguousarray(nbytes, "<i8")))
+    return record
 
 
 def extra_record(dset: h5py.Dataset) -> dict[str, Any]:

@@ -25,9 +25,16 @@ import psutil
 import zstandard
 
 from chunkstore.errors import ChunkstoreError, CorruptFileError, FormatError
+from chunkstore.hdf5._groups import (
+    MAX_HDF5_CHUNK_BYTES,
+    group_bounds,
+    group_nbytes,
+    offsets_in_groups,
+)
 from chunkstore.hdf5._layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    GROUP_ATTR,
     META,
     array_record,
     attr_value,
@@ -46,7 +53,7 @@ __all__ = ["ArrayMeta", "Header", "chunk_locations", "open_file", "read_array_me
 #: bytes of ChunkedArray's chunk table per chunk (segment, offset, length, version)
 TABLE_BYTES_PER_CHUNK = 20
 #: HDF5 refuses chunks of 4 GiB or more; so does this reader
-MAX_CHUNK_BYTES = (1 << 32) - 1
+MAX_CHUNK_BYTES = MAX_HDF5_CHUNK_BYTES
 #: a codec config dataset larger than this is not a codec config
 MAX_CONFIG_BYTES = 16 << 20
 #: the filters chunkstore puts on large extras: HDF5's shuffle, hdf5plugin's Zstd
@@ -81,9 +88,13 @@ class ArrayMeta:
     chunks: np.ndarray  # stored chunk indices
     crc32: np.ndarray  # CRC32 of each stored chunk's HDF5 bytes
     offsets: np.ndarray  # file offset of each stored chunk (-1: missing from the file)
-    nbytes: np.ndarray
+    nbytes: np.ndarray  # size of each stored chunk's bytes in its HDF5 chunk
     tail: tuple[int, int, int] | None  # verbatim last chunk: offset, nbytes, crc32
-    located: np.ndarray  # (chunk, offset, nbytes, filter mask) of every chunk HDF5 holds
+    #: (HDF5 chunk, offset, nbytes, filter mask) of every HDF5 chunk the file holds; HDF5
+    #: chunk g holds chunks g*group .. g*group+group-1 (format 3; 1 before)
+    located: np.ndarray
+    group: int = 1
+    listed_nbytes: np.ndarray | None = None  # format 3: the chunk table's sizes
 
     def sources(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(chunks, offsets, nbytes, crc32) of the bytes chunkstore loads."""
@@ -238,41 +249,46 @@ def read_array_meta(f: h5py.File, name: str, header: Header) -> ArrayMeta:
         dset, group = f[name], f[f"{META}/arrays/{name}"]
         if not isinstance(dset, h5py.Dataset) or not isinstance(group, h5py.Group):
             raise TypeError(f"{name!r} is not a dataset with a chunk table")
+        version = header.format_version
         if sums is not None:
-            _expect(record_crc(array_record(dset)), sums.get("meta"), path, f"the description of array {name!r}")
-        meta = _geometry(dset, name, path)
+            _expect(record_crc(array_record(dset, version)), sums.get("meta"), path,
+                    f"the description of array {name!r}")
+        meta = _geometry(dset, name, path, version)
         config = _codec_config(dset, group, meta, sums, path)
-        chunks, crcs, tail = _chunk_table(group, meta, sums, path)
+        chunks, crcs, tail, listed = _chunk_table(group, meta, sums, path, version)
         meta.codec_config, meta.chunks, meta.crc32, meta.tail = config, chunks, crcs, tail
-        meta.located = chunk_locations(dset, meta.chunk_len)
-    _place_chunks(meta)
+        meta.listed_nbytes = listed
+        meta.located = chunk_locations(dset, meta.group * meta.chunk_len)
+        _place_chunks(meta)
     return meta
 
 
-def _geometry(dset: h5py.Dataset, name: str, path: str) -> ArrayMeta:
+def _geometry(dset: h5py.Dataset, name: str, path: str, version: int) -> ArrayMeta:
     a = dset.attrs
     if attr_value(dset, "kind") != "chunked_array":
         raise TypeError("its 'kind' attribute is not 'chunked_array'")
     L, capacity = _positive(a["chunk_len"], "chunk_len"), _positive(a["capacity"], "capacity")
+    G = _positive(a[GROUP_ATTR], GROUP_ATTR) if version >= 3 else 1
     item_shape = tuple(json.loads(a["item_shape"]))
     if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in item_shape):
         raise ValueError(f"item_shape {item_shape} is not a tuple of positive ints")
     dtype = dtype_from_json(attr_value(dset, "dtype"))
-    if dset.shape != (capacity, *item_shape) or dset.chunks != (L, *item_shape) or capacity < L:
+    if dset.shape != (capacity, *item_shape) or dset.chunks != (G * L, *item_shape) or capacity < G * L:
         raise ValueError(f"dataset shape {dset.shape} and chunks {dset.chunks} disagree with "
-                         f"capacity {capacity}, chunk_len {L} and item_shape {item_shape}")
+                         f"capacity {capacity}, chunk_len {L}, {G} chunks per HDF5 chunk and "
+                         f"item_shape {item_shape}")
     if dset.dtype.itemsize != dtype.itemsize:
         raise ValueError(f"dataset dtype {dset.dtype} does not hold items of dtype {dtype}")
     chunk_bytes = L * math.prod(item_shape) * dtype.itemsize
-    if chunk_bytes > MAX_CHUNK_BYTES:
-        raise FormatError(f"{path}: array {name!r} declares chunks of {chunk_bytes:,} bytes "
+    if G * chunk_bytes > MAX_CHUNK_BYTES:
+        raise FormatError(f"{path}: array {name!r} declares HDF5 chunks of {G * chunk_bytes:,} bytes "
                           "(HDF5's limit is 4 GiB); refusing to load it")
     nchunks = -(-capacity // L)
     check_memory(path, f"array {name!r}'s chunk table ({nchunks:,} chunks)",
                  nchunks * TABLE_BYTES_PER_CHUNK + chunk_bytes)
     empty = np.empty(0, np.int64)
     return ArrayMeta(name, capacity, item_shape, dtype, L, {}, str(attr_value(dset, "hdf5_filter")),
-                     empty, empty.astype(np.uint32), empty, empty, None, empty.reshape(0, 4))
+                     empty, empty.astype(np.uint32), empty, empty, None, empty.reshape(0, 4), G)
 
 
 def _positive(value: Any, what: str) -> int:
@@ -299,15 +315,18 @@ def _codec_config(dset: h5py.Dataset, group: h5py.Group, meta: ArrayMeta,
     return config
 
 
-def _chunk_table(group: h5py.Group, meta: ArrayMeta, sums: dict[str, Any] | None,
-                 path: str) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int] | None]:
+def _chunk_table(group: h5py.Group, meta: ArrayMeta, sums: dict[str, Any] | None, path: str,
+                 version: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int] | None,
+                                        np.ndarray | None]:
+    keys = ("chunks", "crc32", "nbytes") if version >= 3 else ("chunks", "crc32")
     tables = []
-    for key in ("chunks", "crc32"):
+    for key in keys:
         d = group[key]
         if d.ndim != 1 or d.dtype.kind not in "iu" or d.shape[0] > meta.nchunks:
             raise ValueError(f"chunk table {key!r} of shape {d.shape} and dtype {d.dtype}")
         tables.append(d[()])
     chunks, crcs = tables[0].astype(np.int64), tables[1].astype(np.uint32)
+    listed = tables[2].astype(np.int64) if version >= 3 else None
     tail = None
     if "tail" in group:
         t = group["tail"]
@@ -315,39 +334,62 @@ def _chunk_table(group: h5py.Group, meta: ArrayMeta, sums: dict[str, Any] | None
             raise ValueError(f"tail of shape {t.shape} and dtype {t.dtype}")
         tail = (int(t.id.get_offset()), int(t.shape[0]), int(t.attrs["crc32"]))
     if sums is not None:
-        record = index_record(chunks, crcs, tail[1:] if tail else None)
+        record = index_record(chunks, crcs, tail[1:] if tail else None,
+                              None if listed is None else tables[2])
         _expect(record_crc(record), sums.get("index"), path, f"the chunk table of array {meta.name!r}")
-    if len(chunks) != len(crcs):
-        raise ValueError(f"{len(chunks)} chunks but {len(crcs)} checksums")
+    if len(chunks) != len(crcs) or (listed is not None and len(listed) != len(chunks)):
+        raise ValueError(f"{len(chunks)} chunks but {len(crcs)} checksums"
+                         + ("" if listed is None else f" and {len(listed)} sizes"))
     if len(chunks) and (chunks[0] < 0 or chunks[-1] >= meta.nchunks or np.any(np.diff(chunks) <= 0)):
         raise ValueError(f"chunk indices are not increasing within 0..{meta.nchunks - 1}")
-    return chunks, crcs, tail
+    if listed is not None and len(listed) and (listed.min() < 0 or listed.max() > MAX_CHUNK_BYTES):
+        raise ValueError(f"chunk sizes outside 0..{MAX_CHUNK_BYTES}")
+    return chunks, crcs, tail, listed
 
 
-def chunk_locations(dset: h5py.Dataset, chunk_len: int) -> np.ndarray:
-    """(chunk index, file offset, nbytes, filter mask) of every chunk in the file, sorted."""
-    rows: list[tuple[int, int, int, int]] = []
+def chunk_locations(dset: h5py.Dataset, rows: int) -> np.ndarray:
+    """(HDF5 chunk index, file offset, nbytes, filter mask) of every HDF5 chunk in the file,
+    sorted; ``rows`` is the HDF5 chunk's length along the first axis."""
+    found: list[tuple[int, int, int, int]] = []
     try:
-        dset.id.chunk_iter(lambda s: rows.append(
-            (s.chunk_offset[0] // chunk_len, s.byte_offset, s.size, s.filter_mask)))
+        dset.id.chunk_iter(lambda s: found.append(
+            (s.chunk_offset[0] // rows, s.byte_offset, s.size, s.filter_mask)))
     except (AttributeError, NotImplementedError):  # HDF5 < 1.12.3: one call per chunk
         for i in range(dset.id.get_num_chunks()):
             s = dset.id.get_chunk_info(i)
-            rows.append((s.chunk_offset[0] // chunk_len, s.byte_offset, s.size, s.filter_mask))
-    table = np.array(rows, dtype=np.int64).reshape(-1, 4)
+            found.append((s.chunk_offset[0] // rows, s.byte_offset, s.size, s.filter_mask))
+    table = np.array(found, dtype=np.int64).reshape(-1, 4)
     return table[np.argsort(table[:, 0], kind="stable")]
 
 
 def _place_chunks(meta: ArrayMeta) -> None:
-    """File offset and length of each listed chunk (-1 where HDF5 does not hold it)."""
-    located, chunks = meta.located, meta.chunks
-    meta.offsets = np.full(len(chunks), -1, np.int64)
-    meta.nbytes = np.zeros(len(chunks), np.int64)
-    row = np.searchsorted(located[:, 0], chunks)
+    """File offset and length of each listed chunk (offset -1 where HDF5 does not hold it).
+
+    Format 3: a chunk lies in HDF5 chunk ``chunk // group``, after the listed chunks of
+    the same group before it; every HDF5 chunk must hold exactly its chunks' bytes.
+    Before: one chunk per HDF5 chunk, of the size HDF5 records.
+    """
+    located, chunks, G = meta.located, meta.chunks, meta.group
+    row = np.searchsorted(located[:, 0], chunks // G)
     found = row < len(located)
-    found[found] = located[row[found], 0] == chunks[found]
-    meta.offsets[found] = located[row[found], 1]
-    meta.nbytes[found] = located[row[found], 2]
+    found[found] = located[row[found], 0] == chunks[found] // G
+    meta.offsets = np.full(len(chunks), -1, np.int64)
+    if meta.listed_nbytes is None:
+        meta.nbytes = np.zeros(len(chunks), np.int64)
+        meta.nbytes[found] = located[row[found], 2]
+        meta.offsets[found] = located[row[found], 1]
+        return
+    meta.nbytes = meta.listed_nbytes
+    inside = offsets_in_groups(chunks, meta.nbytes, G)
+    meta.offsets[found] = located[row[found], 1] + inside[found]
+    starts = group_bounds(chunks, G)[:-1]
+    held = located[row[starts[found[starts]]], 2]
+    listed = group_nbytes(chunks, meta.nbytes, G)[found[starts]]
+    if np.any(held != listed):
+        k = int(np.flatnonzero(held != listed)[0])
+        g = int(chunks[starts[found[starts]][k]] // G)
+        raise ValueError(f"HDF5 chunk {g} holds {int(held[k])} bytes, its chunks in the chunk "
+                         f"table {int(listed[k])}")
 
 
 # -- extras --------------------------------------------------------------------------------

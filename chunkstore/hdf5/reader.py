@@ -26,7 +26,7 @@ from chunkstore.hdf5.checksum import check_crc
 from chunkstore.hdf5.filetier import FileTier, MappedFile
 from chunkstore.tiers import MemoryTier, Tier
 
-__all__ = ["Store", "load"]
+__all__ = ["Store", "chunk_spans", "load"]
 
 #: chunks between progress-bar updates
 BAR_STEP = 512
@@ -45,8 +45,8 @@ class Store:
     attrs: dict[str, Any]
     path: str
     #: format_version, chunkstore_version, created, arrays, extras, checksums ("verified",
-    #: or "none (format 1)"), and hdf5_filters (per array: "zstd", "deflate", "none", or
-    #: "chunkstore" where plain h5py cannot decode it)
+    #: or "none (format 1)"), hdf5_filters (per array: "zstd", "deflate", "none", or
+    #: "chunkstore" where plain h5py cannot decode it) and chunks_per_hdf5_chunk (per array)
     header: dict[str, Any] = field(default_factory=dict)
     _file: MappedFile | None = field(default=None, repr=False)
 
@@ -124,6 +124,35 @@ def load(
                  mapped if lazy else None)
 
 
+def chunk_spans(path: str | os.PathLike[str], name: str) -> np.ndarray:
+    """Where the bytes of array ``name``'s stored chunks lie in the file, without reading them.
+
+    Returns an ``(n, 3)`` int64 table: chunk index, byte offset in the file, nbytes, of
+    the bytes chunkstore loads (the verbatim tail copy for a zero-padded last chunk);
+    offset -1 for a listed chunk the file does not hold. Every format version: in
+    format 3 one HDF5 chunk may hold several of these spans.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> from chunkstore import ChunkedArray
+    >>> from chunkstore.hdf5 import save
+    >>> a = ChunkedArray(64, (), np.uint8, chunk_len=8, codec="lz4-block", name="a")
+    >>> a[:20] = 1
+    >>> path = tempfile.mkdtemp() + "/s.h5"
+    >>> save(path, {"a": a}, progress=False)
+    >>> chunk_spans(path, "a")[:, 0].tolist()
+    [0, 1, 2]
+    """
+    path = os.fspath(path)
+    with open_file(path) as (f, _):
+        header = read_header(f, path)
+        if name not in header.arrays:
+            raise KeyError(f"{path} has no chunked array {name!r}; it has {header.arrays}")
+        chunks, offsets, nbytes, _ = read_array_meta(f, name, header).sources()
+    return np.stack([chunks, offsets, nbytes], axis=1).astype(np.int64)
+
+
 def _header_info(header: Header, metas: list[ArrayMeta]) -> dict[str, Any]:
     return {
         "format_version": header.format_version,
@@ -133,6 +162,7 @@ def _header_info(header: Header, metas: list[ArrayMeta]) -> dict[str, Any]:
         "extras": header.extras,
         "checksums": "verified" if header.checksums is not None else "none (format 1)",
         "hdf5_filters": {m.name: m.hdf5_filter for m in metas},
+        "chunks_per_hdf5_chunk": {m.name: m.group for m in metas},
     }
 
 

@@ -145,14 +145,16 @@ def _check_metadata(f: h5py.File, header: Header, report: VerifyReport) -> list[
 
 
 def _index_problems(meta: ArrayMeta) -> list[Problem]:
-    located = meta.located
+    located, G = meta.located, meta.group
     out = [Problem(meta.name, c, f"{meta.name}: chunk {c} is listed as stored but missing "
                    "from the file") for c in meta.chunks[meta.offsets < 0].tolist()]
-    for c in np.setdiff1d(located[:, 0], meta.chunks).tolist():
-        out.append(Problem(meta.name, c, f"{meta.name}: chunk {c} is in the file but not in "
+    for g in np.setdiff1d(located[:, 0], meta.chunks // G).tolist():
+        what = f"chunk {g}" if G == 1 else f"HDF5 chunk {g} (chunks {g * G}..{g * G + G - 1})"
+        out.append(Problem(meta.name, g * G, f"{meta.name}: {what} is in the file but not in "
                            "the chunk table"))
-    for c in located[located[:, 3] != 0, 0].tolist():
-        out.append(Problem(meta.name, c, f"{meta.name}: chunk {c} has a nonzero filter mask"))
+    for g in located[located[:, 3] != 0, 0].tolist():
+        what = f"chunk {g}" if G == 1 else f"HDF5 chunk {g} (chunks {g * G}..{g * G + G - 1})"
+        out.append(Problem(meta.name, g * G, f"{meta.name}: {what} has a nonzero filter mask"))
     return out
 
 

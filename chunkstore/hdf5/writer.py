@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import os
 from collections.abc import Mapping
@@ -15,13 +16,16 @@ from tqdm import tqdm
 
 from chunkstore.array import ChunkedArray
 from chunkstore.codecs import Codec, TrainableCodec
-from chunkstore.hdf5 import _tempfile
+from chunkstore.hdf5 import _groups, _tempfile
 from chunkstore.hdf5._layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    GROUP_ATTR,
     META,
     PRIVATE_FILTER_ID,
+    WRITABLE_VERSIONS,
     array_record,
+    attr_value,
     check_name,
     dtype_to_json,
     dump_json,
@@ -32,6 +36,7 @@ from chunkstore.hdf5._layout import (
     raw_bytes,
 )
 from chunkstore.hdf5.checksum import crc32, record_crc
+from chunkstore.hdf5.source import ChunkSource, as_source
 
 __all__ = ["save"]
 
@@ -45,16 +50,20 @@ PACK_EXTRAS = 64 << 10
 #: HDF5 file format: 1.10 (2017) gives every metadata block a checksum of its own, so a
 #: damaged object header or chunk index is an HDF5 error instead of garbage parsed
 LIBVER = ("v110", "v110")
+#: the environment variable that picks the format version written by default
+FORMAT_ENV = "CHUNKSTORE_SAVE_FORMAT"
 
 
 def save(
     path: str | os.PathLike[str],
-    arrays: Mapping[str, ChunkedArray],
+    arrays: Mapping[str, ChunkedArray | ChunkSource],
     extras: Mapping[str, Any] | None = None,
     attrs: Mapping[str, Any] | None = None,
     *,
     progress: bool = True,
     reader_note: str | None = None,
+    format_version: int | None = None,
+    plain_readable: bool = True,
 ) -> None:
     """Write a store to one HDF5 file, atomically.
 
@@ -65,8 +74,10 @@ def save(
         and fsynced; it may be the very file the arrays were lazily loaded from.
         Temporaries of earlier saves to ``path`` that were killed are removed.
     arrays
-        Named ChunkedArrays. Each is flushed first (open chunks are sealed), then
-        its stored chunks are copied verbatim; unwritten chunks are not written.
+        Named ChunkedArrays (each saved as one moment of it: its stored chunks copied
+        verbatim, its open chunks encoded; the array is not changed and may keep being
+        written meanwhile), their snapshots (``ChunkedArray.snapshot()``) or
+        :class:`~chunkstore.hdf5.source.ChunkSource` objects. Unwritten chunks are not written.
     extras
         Named plain arrays (positions, flags, rewards, ...).
     attrs
@@ -76,30 +87,53 @@ def save(
     reader_note
         Text appended to the root ``reader_note`` attribute (how a plain HDF5 reader
         makes sense of the datasets, e.g. how a buffer's observations are rebuilt).
+    format_version
+        3 (default; or the ``CHUNKSTORE_SAVE_FORMAT`` environment variable): several
+        chunks per HDF5 chunk where plain HDF5 readers cannot decode them anyway.
+        2: one HDF5 chunk per chunk, for chunkstore releases that read only formats 1-2.
+    plain_readable
+        True: arrays whose chunks HDF5 decodes itself (zstd, deflate, none) keep one
+        chunk per HDF5 chunk, so plain ``h5py`` + ``hdf5plugin`` reads them. False:
+        they are grouped too (fewer HDF5 calls: faster saves of many small chunks);
+        HDF5's filters decode only the first of several streams, so such datasets
+        declare the private filter and plain readers fail loudly.
     """
     path = os.fspath(path)
+    version = _format_version(format_version)
     extras = dict(extras or {})
     for name in [*arrays, *extras]:
         check_name(name)
     if len({*arrays, *extras}) != len(arrays) + len(extras):
         raise ValueError(f"names are shared by arrays and extras: {sorted(set(arrays) & set(extras))}")
     attrs_json = dump_json(dict(attrs or {}), "attrs")
-    for arr in arrays.values():
-        arr.flush()
-    total = sum(len(arr.stored_chunks()) for arr in arrays.values())
+    # live arrays are saved as one moment of them (open chunks encoded, not sealed: the
+    # arrays are left as they are, and may keep changing while the file is written)
+    snapshots = {name: arr.snapshot() for name, arr in arrays.items() if isinstance(arr, ChunkedArray)}
+    try:
+        _save(path, version, {**arrays, **snapshots}, extras, attrs_json, progress, reader_note, plain_readable)
+    finally:
+        for snap in snapshots.values():
+            snap.close()
+
+
+def _save(path: str, version: int, arrays: Mapping[str, Any], extras: dict[str, Any], attrs_json: str,
+          progress: bool, reader_note: str | None, plain_readable: bool) -> None:
+    sources = {name: as_source(arr) for name, arr in arrays.items()}
+    total = sum(len(src.chunks) for src in sources.values())
     _tempfile.remove_stale_temporaries(path)
     with _tempfile.temporary(path) as (tmp, fd):
         with h5py.File(_tempfile.writable_name(tmp, fd), "w", libver=LIBVER) as f, \
                 _bar(total, progress) as bar:
             checksums: dict[str, Any] = {"arrays": {}, "extras": {}}
-            _write_header(f, list(arrays), list(extras), attrs_json)
-            for name, arr in arrays.items():
-                checksums["arrays"][name] = _write_array(f, name, arr, bar)
+            _write_header(f, version, list(sources), list(extras), attrs_json)
+            for name, src in sources.items():
+                checksums["arrays"][name] = _write_array(f, name, src, bar, version, plain_readable)
             for name, value in extras.items():
                 checksums["extras"][name] = _write_extra(f, name, value)
             checksums["header"] = record_crc(header_record(f))
             f.attrs["checksums"] = json.dumps(checksums)
-            f.attrs["reader_note"] = _reader_note(arrays) + (f"\n\n{reader_note}" if reader_note else "")
+            note = _reader_note(f, sources, version)
+            f.attrs["reader_note"] = note + (f"\n\n{reader_note}" if reader_note else "")
         os.fsync(fd)
         if not _tempfile.still_ours(tmp, fd):
             raise OSError(f"the temporary {tmp} was replaced while it was written; {path} is unchanged")
@@ -107,11 +141,27 @@ def save(
         _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def _write_header(f: h5py.File, arrays: list[str], extras: list[str], attrs_json: str) -> None:
+def _format_version(requested: int | None) -> int:
+    if requested is None:
+        text = os.environ.get(FORMAT_ENV, "").strip()
+        if not text:
+            return FORMAT_VERSION
+        try:
+            requested = int(text)
+        except ValueError:
+            raise ValueError(f"{FORMAT_ENV}={text!r} is not a format version; chunkstore writes "
+                             f"versions {WRITABLE_VERSIONS}") from None
+    if requested not in WRITABLE_VERSIONS or isinstance(requested, bool):
+        raise ValueError(f"format_version {requested!r}: chunkstore writes versions {WRITABLE_VERSIONS}")
+    return int(requested)
+
+
+def _write_header(f: h5py.File, version: int, arrays: list[str], extras: list[str],
+                  attrs_json: str) -> None:
     from chunkstore import __version__
 
     f.attrs["format"] = FORMAT_NAME
-    f.attrs["format_version"] = FORMAT_VERSION
+    f.attrs["format_version"] = version
     f.attrs["chunkstore_version"] = __version__
     f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     f.attrs["attrs"] = attrs_json
@@ -119,7 +169,7 @@ def _write_header(f: h5py.File, arrays: list[str], extras: list[str], attrs_json
     f.attrs["extras"] = json.dumps(extras)
 
 
-def _filter_args(label: str) -> dict[str, Any]:
+def _filter_args(label: str, version: int) -> dict[str, Any]:
     """create_dataset arguments declaring the HDF5 filter that reads a codec's chunks."""
     if label == "zstd":
         return dict(hdf5plugin.Zstd())
@@ -127,72 +177,120 @@ def _filter_args(label: str) -> dict[str, Any]:
         return {"compression": "gzip"}
     if label == "none":
         return {}
-    opts = {"compression": PRIVATE_FILTER_ID, "compression_opts": (FORMAT_VERSION,)}
+    opts = {"compression": PRIVATE_FILTER_ID, "compression_opts": (version,)}
     return {**opts, "allow_unknown_filter": True}
 
 
-def _write_array(f: h5py.File, name: str, arr: ChunkedArray, bar: tqdm) -> dict[str, int]:
+def _layout(src: ChunkSource, version: int, plain_readable: bool) -> tuple[str, int]:
+    """The array's HDF5 filter label and chunks per HDF5 chunk.
+
+    HDF5's own filters (zstd, deflate) decode one stream per HDF5 chunk: given several
+    concatenated ones, hdf5plugin's Zstd filter and HDF5's deflate return the first
+    chunk's rows and then unrelated bytes, without an error (tested with HDF5 2.0 and
+    hdf5plugin 7.1). So grouped chunks are always declared under the private filter.
+    """
+    label = src.codec.hdf5_filter or "chunkstore"
+    if version < 3 or (label != "chunkstore" and plain_readable):
+        return label, 1
+    group = _groups.choose_group(src.capacity, src.chunk_len, src.item_nbytes, src.nbytes,
+                                 target=_groups.TARGET_GROUP_BYTES)
+    return ("chunkstore" if group > 1 else label), group
+
+
+def _write_array(f: h5py.File, name: str, src: ChunkSource, bar: tqdm, version: int,
+                 plain_readable: bool) -> dict[str, int]:
     """One chunked array; returns the CRC32s of its description, codec config and chunk table."""
-    L, item_shape = arr.chunk_len, tuple(arr.item_shape)
+    L, item_shape = src.chunk_len, src.item_shape
     if 0 in item_shape:
         raise ValueError(f"{name}: items of shape {item_shape} hold no data; HDF5 cannot chunk them")
-    label = arr.codec.hdf5_filter or "chunkstore"
+    label, group = _layout(src, version, plain_readable)
     dset = f.create_dataset(
-        name, shape=arr.shape, dtype=h5_dtype(arr.dtype), chunks=(L, *item_shape),
-        track_times=False, **_filter_args(label),
+        name, shape=src.shape, dtype=h5_dtype(src.dtype), chunks=(group * L, *item_shape),
+        track_times=False, **_filter_args(label, version),
     )
     meta = f.require_group(f"{META}/arrays/{name}")
-    config = dump_json(arr.codec.get_config(), f"{name} codec")
+    config = dump_json(src.codec.get_config(), f"{name} codec")
     dset.attrs.update({
-        "kind": "chunked_array", "codec": arr.codec.name,
-        "chunk_len": L, "capacity": arr.capacity, "item_shape": json.dumps(item_shape),
-        "dtype": dtype_to_json(arr.dtype), "hdf5_filter": label, "note": _array_note(name, arr.codec),
+        "kind": "chunked_array", "codec": src.codec.name,
+        "chunk_len": L, "capacity": src.capacity, "item_shape": json.dumps(item_shape),
+        "dtype": dtype_to_json(src.dtype), "hdf5_filter": label,
+        "note": _array_note(name, src.codec, label, group),
     })
+    if version >= 3:
+        dset.attrs[GROUP_ATTR] = group
     if len(config) <= MAX_ATTR_CHARS:
         dset.attrs["codec_config"] = config
     else:  # a trained dictionary: too big for an attribute in the HDF5 1.8 file format
         meta.create_dataset("codec_config", data=np.frombuffer(config.encode(), np.uint8))
-    stored = arr.stored_chunks()
-    crcs, tail = _write_chunks(f, name, arr, dset, stored, pad_tail=label != "chunkstore", bar=bar)
-    meta.create_dataset("chunks", data=stored.astype(np.int64))
+    if group == 1:
+        crcs, nbytes, tail = _write_chunks(f, name, src, dset, pad_tail=label != "chunkstore", bar=bar)
+    else:
+        crcs, nbytes, tail = _write_groups(name, src, dset, group, bar), src.nbytes, None
+    meta.create_dataset("chunks", data=src.chunks)
     meta.create_dataset("crc32", data=crcs)
-    return {"meta": record_crc(array_record(dset)), "codec": crc32(config.encode()),
-            "index": record_crc(index_record(stored, crcs, tail))}
+    sizes = None
+    if version >= 3:
+        sizes = np.asarray(nbytes, np.uint32)
+        meta.create_dataset("nbytes", data=sizes)
+    return {"meta": record_crc(array_record(dset, version)), "codec": crc32(config.encode()),
+            "index": record_crc(index_record(src.chunks, crcs, tail, sizes))}
 
 
-def _write_chunks(f: h5py.File, name: str, arr: ChunkedArray, dset: h5py.Dataset, stored: np.ndarray,
-                  *, pad_tail: bool, bar: tqdm) -> tuple[np.ndarray, tuple[int, int] | None]:
-    """Every stored chunk, verbatim; returns their CRC32s and the verbatim tail's (nbytes, CRC32).
+def _write_chunks(f: h5py.File, name: str, src: ChunkSource, dset: h5py.Dataset, *, pad_tail: bool,
+                  bar: tqdm) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
+    """Every stored chunk verbatim, one per HDF5 chunk; returns their CRC32s and sizes in
+    the file, and the verbatim tail's (nbytes, CRC32).
 
     HDF5 decodes every chunk to full size, so a standard filter needs the partial last
     chunk zero-padded and re-encoded; its original bytes are kept in ``tail``.
     """
-    L, last = arr.chunk_len, arr.nchunks_total - 1
-    pad_tail = pad_tail and arr.chunk_rows(last) < L
-    crcs = np.empty(len(stored), dtype=np.uint32)
+    L, last = src.chunk_len, src.nchunks_total - 1
+    pad_tail = pad_tail and src.rows(last) < L
+    crcs = np.empty(len(src.chunks), dtype=np.uint32)
+    nbytes = src.nbytes.copy()
     write = dset.id.write_direct_chunk
-    rest = (0,) * (arr.ndim - 1)
+    rest = (0,) * len(src.item_shape)
     tail = None
-    # the hot loop: one tier view, one CRC and one HDF5 call per chunk
-    for k, (c, view) in enumerate(zip(stored.tolist(), arr.iter_chunk_bytes(stored), strict=True)):
+    # the hot loop: one CRC and one HDF5 call per chunk
+    for k, (c, view) in enumerate(zip(src.chunks.tolist(), src.iter_bytes(name), strict=True)):
         data: Any = view
         if pad_tail and c == last:
             tail = _write_tail(f, name, data)
-            data = _padded_chunk(arr, c)
+            data = _padded_chunk(src, data)
+            nbytes[k] = len(data)
         crcs[k] = crc32(data)
         write((c * L, *rest), data)
         if k % BAR_STEP == BAR_STEP - 1:
             bar.update(BAR_STEP)
-    bar.update(len(stored) % BAR_STEP)
-    return crcs, tail
+    bar.update(len(src.chunks) % BAR_STEP)
+    return crcs, nbytes, tail
 
 
-def _padded_chunk(arr: ChunkedArray, c: int) -> bytes:
-    """Chunk ``c`` zero-padded to ``chunk_len`` rows and re-encoded (for HDF5 readers)."""
-    rows = arr.chunk(c)
-    padded = np.zeros((arr.chunk_len, *arr.item_shape), dtype=arr.dtype)
-    padded[: len(rows)] = rows
-    return bytes(arr.codec.encode(padded))
+def _write_groups(name: str, src: ChunkSource, dset: h5py.Dataset, group: int, bar: tqdm) -> np.ndarray:
+    """Stored chunks ``group`` slots at a time, concatenated verbatim into one HDF5 chunk each;
+    returns each chunk's CRC32."""
+    crcs = np.empty(len(src.chunks), dtype=np.uint32)
+    bounds = _groups.group_bounds(src.chunks, group).tolist()
+    write = dset.id.write_direct_chunk
+    rows, rest = group * src.chunk_len, (0,) * len(src.item_shape)
+    views = src.iter_bytes(name)
+    for start, stop in itertools.pairwise(bounds):
+        members = list(itertools.islice(views, stop - start))  # the source raises if it runs short
+        for k, view in enumerate(members, start):
+            crcs[k] = crc32(view)
+        write((int(src.chunks[start]) // group * rows, *rest), b"".join(members))
+        bar.update(stop - start)
+    for _ in views:  # runs the source's own check that it held no more chunks than listed
+        pass
+    return crcs
+
+
+def _padded_chunk(src: ChunkSource, data: memoryview) -> bytes:
+    """The last chunk (encoded as ``data``) zero-padded to ``chunk_len`` rows and re-encoded
+    (for HDF5 readers)."""
+    padded = np.zeros((src.chunk_len, *src.item_shape), dtype=src.dtype)
+    src.codec.decode(data, out=padded[: src.rows(src.nchunks_total - 1)])
+    return bytes(src.codec.encode(padded))
 
 
 def _write_tail(f: h5py.File, name: str, data: memoryview) -> tuple[int, int]:
@@ -220,24 +318,31 @@ def _write_extra(f: h5py.File, name: str, value: Any) -> int:
 
 
 # -- notes for plain HDF5 readers -----------------------------------------------------------
-def _array_note(name: str, codec: Codec) -> str:
-    label = codec.hdf5_filter
+def _array_note(name: str, codec: Codec, label: str, group: int) -> str:
     if label == "zstd":
         return "Zstd chunks: plain h5py reads this dataset after `import hdf5plugin`."
     if label in ("deflate", "none"):
         return "Plain h5py reads this dataset."
-    why = ("it was trained on this data (its config, e.g. a zstd dictionary, is the "
-           f"'codec_config' attribute or /{META}/arrays/{name}/codec_config)"
-           if isinstance(codec, TrainableCodec) else "HDF5 has no filter for it")
+    if codec.hdf5_filter is not None:
+        why = (f"each HDF5 chunk holds {group} consecutive chunks, each its own {codec.name!r} "
+               "stream, and HDF5's filters decode only the first stream of a chunk")
+    elif isinstance(codec, TrainableCodec):
+        why = ("it was trained on this data (its config, e.g. a zstd dictionary, is the "
+               f"'codec_config' attribute or /{META}/arrays/{name}/codec_config)")
+    else:
+        why = "HDF5 has no filter for it"
+    grouped = (f" Each HDF5 chunk holds {group} chunks of the array, verbatim and concatenated; "
+               f"their sizes are /{META}/arrays/{name}/nbytes." if group > 1 else "")
     return (f"Chunks are encoded with chunkstore codec {codec.name!r}: {why}. HDF5 cannot "
             f"decode them (filter id {PRIVATE_FILTER_ID}): h5py fails to read them with an "
             "HDF5 filter or plugin-path error. Read this dataset with chunkstore: "
-            f"chunkstore.hdf5.load(path).arrays[{name!r}].")
+            f"chunkstore.hdf5.load(path).arrays[{name!r}].{grouped}")
 
 
-def _reader_note(arrays: Mapping[str, ChunkedArray]) -> str:
-    private = [f"{n} ({a.codec.name})" for n, a in arrays.items() if a.codec.hdf5_filter is None]
-    text = (f"Written by chunkstore (file format {FORMAT_VERSION}); read it with "
+def _reader_note(f: h5py.File, sources: Mapping[str, ChunkSource], version: int) -> str:
+    private = [f"{n} ({s.codec.name})" for n, s in sources.items()
+               if attr_value(f[n], "hdf5_filter") == "chunkstore"]
+    text = (f"Written by chunkstore (file format {version}); read it with "
             "`chunkstore.hdf5.load(path)`. Every dataset's 'note' attribute says how to read it. "
             "Chunks of datasets with hdf5_filter 'zstd' (and large extras) are Zstd: "
             "`import hdf5plugin` before reading them with h5py.")
