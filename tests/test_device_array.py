@@ -228,8 +228,12 @@ def test_encoder_decoder_round_trip(nbytes, seed, density):
     with native.disabled():  # the numpy encoder writes the same bytes
         out2 = np.zeros_like(out)
         meta2 = encode_items(items, pool[sel], fmt, out2)
+        costs_numpy = cost_matrix(items, pool, fmt)
     assert np.array_equal(meta, meta2) and np.array_equal(out, out2)
-    assert np.array_equal(cost_matrix(items, pool, fmt)[np.arange(m), sel], meta[:, 2])
+    costs = cost_matrix(items, pool, fmt)
+    assert np.array_equal(costs, costs_numpy) and np.array_equal(costs[np.arange(m), sel], meta[:, 2])
+    bounded = cost_matrix(items, pool, fmt, bounded=True)  # exact where it matters: each row's best
+    assert np.array_equal(bounded.min(1), costs.min(1)) and np.array_equal(bounded.argmin(1), costs.argmin(1))
     heap = torch.from_numpy(np.concatenate([out[:int(meta[:, 2].sum())], np.zeros(8, np.uint8)]))
     addr = np.cumsum(meta[:, 2]) - meta[:, 2]
     nw, nv = meta[:, 0], meta[:, 1]

@@ -30,10 +30,12 @@ from typing import Any
 import numpy as np
 
 from chunkstore.casting import lossless_cast
-from chunkstore.device.decode import HEADER_ROWS, decode
+from chunkstore.device.batch import FreshRecords, upload_batch
+from chunkstore.device.decode import decode
 from chunkstore.device.dtypes import torch_dtype
 from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceHeap
-from chunkstore.device.policy import ReferencePolicy
+from chunkstore.device.persist import export_chunked, import_chunked
+from chunkstore.device.policy import WINDOW, ReferencePolicy
 from chunkstore.device.refs import ReferencePool
 from chunkstore.device.runs import RunFormat, encode_items
 from chunkstore.device.staging import StagingBuffer
@@ -83,6 +85,9 @@ class DeviceArray:
         Chunks kept open (raw, on the host) at once; one per sequential writer.
     segment_bytes
         Size of a heap segment (default 1 MiB, less for small arrays, at least 4 records).
+    reference_window
+        Items a candidate reference is tried on before it is kept or dropped
+        (:data:`chunkstore.device.policy.WINDOW`).
 
     Examples
     --------
@@ -105,6 +110,7 @@ class DeviceArray:
         name: str | None = None,
         max_open: int = MAX_OPEN_CHUNKS,
         segment_bytes: int | None = None,
+        reference_window: int = WINDOW,
     ) -> None:
         if int(capacity) < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -150,7 +156,7 @@ class DeviceArray:
             raise ValueError(f"{self.name}: segment_bytes {segment_bytes} is smaller than one record "
                              f"({self.fmt.record_bound} bytes)")
         self._pool = ReferencePool(torch, self.device, self._item_nbytes)
-        self._policy = ReferencePolicy(self.fmt, self._pool)
+        self._policy = ReferencePolicy(self.fmt, self._pool, window=reference_window)
         self._staging = [StagingBuffer(torch, self.device), StagingBuffer(torch, self.device)]
         self._scratch = np.zeros(0, np.uint8)
         self._views: tuple[int, Any, Any] | None = None  # (pool version, typed rows, byte rows)
@@ -526,58 +532,16 @@ class DeviceArray:
         return self._views[1], self._views[2]
 
     def _upload_batch(self, ids: np.ndarray) -> tuple[Any, int, int]:
-        """Send a batch's header and its host-side records to the inbox in one upload.
-
-        Returns the device header (int64 ``(5, n)``, see :mod:`chunkstore.device.decode`)
-        and the batch's run and value-byte totals.
-        """
-        n, h, heap = ids.size, self.fmt.word_bytes, self._heap
-        valid = ids >= 0
-        at = np.where(valid, ids, 0)
-        ref = np.where(valid, self._ref[at], 0).astype(np.int64)
-        nw = np.where(valid, self._nw[at], 0).astype(np.int64)
-        nv = np.where(valid, self._nv[at], 0).astype(np.int64)
-        addr = np.where(valid, self._addr[at], -1)
-        size = -(-(h * nw + nv) // h) * h
-        dev, away = heap.device_addresses(addr, size)
-        fresh_pos, fresh_meta, fresh_inv = self._encode_open(ids, valid)
-        if fresh_pos.size:  # items of open chunks: encoded just now against the zero row
-            ref[fresh_pos], nw[fresh_pos], nv[fresh_pos] = 0, fresh_meta[fresh_inv, 0], fresh_meta[fresh_inv, 1]
-            away[fresh_pos] = False
-        away_pos = np.flatnonzero(away)  # records in host RAM: shipped once each
-        far, first, far_inv = np.unique(addr[away_pos], return_index=True, return_inverse=True)
-        far_size = size[away_pos][first]
-        far_off = np.cumsum(far_size) - far_size
-        fresh_off = int(far_size.sum()) + np.cumsum(fresh_meta[:, 2]) - fresh_meta[:, 2]
-        head = 8 * HEADER_ROWS * n
-        total = head + int(far_size.sum()) + int(fresh_meta[:, 2].sum())
-        total = -(-total // 8) * 8
-        heap.ensure_inbox(total)
-        inbox = heap.inbox_offset
-        dev[away_pos] = inbox + head + far_off[far_inv]
-        dev[fresh_pos] = inbox + head + fresh_off[fresh_inv]
+        """The batch's header and host-side records in the inbox (see :func:`upload_batch`)."""
+        fresh = self._encode_open(ids, ids >= 0)
         self._staging.reverse()  # two buffers in turn: the other may still be uploading
-        stage = self._staging[0]
-        buf = stage.host(total)
-        run0, val0 = np.cumsum(nw) - nw, np.cumsum(nv) - nv
-        header = buf[:head].view(np.int64).reshape(HEADER_ROWS, n)
-        header[0], header[1] = ref, nw
-        header[2] = dev // h - run0
-        header[3] = np.arange(n, dtype=np.int64) * self._item_nbytes - val0
-        header[4] = dev + h * nw - val0
-        if far.size:
-            heap.pack(far, far_size, buf, head + far_off)
-        if fresh_pos.size:
-            start = head + int(far_size.sum())
-            buf[start:start + int(fresh_meta[:, 2].sum())] = self._scratch[:int(fresh_meta[:, 2].sum())]
-        stage.upload(heap.bytes[inbox:inbox + total], total)
-        return heap.int64[inbox // 8:inbox // 8 + HEADER_ROWS * n].view(HEADER_ROWS, n), int(nw.sum()), int(nv.sum())
+        return upload_batch(ids, (self._ref, self._nw, self._nv, self._addr), fresh, self._heap,
+                            self.fmt, self._item_nbytes, self._staging[0])
 
-    def _encode_open(self, ids: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions of ``ids`` written in open chunks, their records' meta (into the scratch), inverse."""
-        none = (np.zeros(0, np.int64), np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
+    def _encode_open(self, ids: np.ndarray, valid: np.ndarray) -> FreshRecords:
+        """Records of the items of ``ids`` written in open chunks, encoded now against the zero row."""
         if not self._open:
-            return none
+            return FreshRecords.none()
         L = self.chunk_len
         keys = np.fromiter(self._open, np.int64, len(self._open))
         pos = np.flatnonzero(valid & np.isin(ids // L, keys))
@@ -585,14 +549,14 @@ class DeviceArray:
             hit = np.array([self._open[int(i) // L][1][int(i) % L] for i in ids[pos].tolist()], bool)
             pos = pos[hit]
         if pos.size == 0:
-            return none
+            return FreshRecords.none()
         uniq, inv = np.unique(ids[pos], return_inverse=True)
         items = np.empty((uniq.size, *self.item_shape), self.dtype)  # our dtype: concatenating
         for k, i in enumerate(uniq.tolist()):  # would turn a non-native byte order native
             items[k] = self._open[i // L][0][i % L]
         items = np.ascontiguousarray(items).reshape(uniq.size, -1).view(np.uint8)
         meta = encode_items(items, np.zeros_like(items), self.fmt, self._scratch_for(uniq.size))
-        return pos, meta, inv
+        return FreshRecords(pos, meta, inv, self._scratch[:int(meta[:, 2].sum())])
 
     # -- persistence hooks ------------------------------------------------------------------------
     def live_chunks(self) -> np.ndarray:
@@ -606,29 +570,20 @@ class DeviceArray:
         ``codec`` and ``kwargs`` go to the ChunkedArray (its default codec if None).
         Device data is copied to the host here: this is the save path, not a read.
         """
-        from chunkstore import ChunkedArray
-
-        if codec is not None:
-            kwargs["codec"] = codec
-        out = ChunkedArray(self.capacity, self.item_shape, self.dtype, chunk_len=self.chunk_len,
-                           name=kwargs.pop("name", self.name), **kwargs)
         with self._lock:
             self._check_open()
-            for start, ids in _chunk_runs(self.live_chunks(), self.chunk_len, self.capacity, batch_items):
-                raw = self.take_bytes(ids).cpu().numpy()
-                out.write(start, raw.view(self.dtype).reshape(len(ids), *self.item_shape))
-        return out
+            return export_chunked(self, codec, batch_items=batch_items, **kwargs)
 
     @classmethod
     def from_chunked(cls, src: Any, *, device: Any = "cpu", batch_items: int = 4096,
                      **kwargs: Any) -> DeviceArray:
-        """A DeviceArray holding the items and stored chunks of ``src`` (flushed first)."""
-        src.flush()
+        """A DeviceArray holding the items and stored chunks of ``src`` (flushed first).
+
+        ``kwargs`` go to the constructor (``budget_bytes``, ``name``, ...).
+        """
         out = cls(src.capacity, src.item_shape, src.dtype, chunk_len=src.chunk_len, device=device,
                   **kwargs)
-        for start, ids in _chunk_runs(src.stored_chunks(), src.chunk_len, src.capacity, batch_items):
-            out.write(start, src.take(ids))
-        out.flush()
+        import_chunked(out, src, batch_items=batch_items)
         return out
 
     # -- indices ---------------------------------------------------------------------------------
@@ -660,14 +615,3 @@ def _ranks(counts: np.ndarray) -> np.ndarray:
     counts = np.asarray(counts, np.int64)
     return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
 
-
-def _chunk_runs(chunks: np.ndarray, L: int, capacity: int, batch_items: int) -> Any:
-    """``(first item, item ids)`` of runs of consecutive ``chunks``, at most ``batch_items`` long."""
-    chunks = np.asarray(chunks, np.int64)
-    per = max(1, batch_items // L)
-    for run in np.split(chunks, np.flatnonzero(np.diff(chunks) != 1) + 1):
-        for i in range(0, run.size, per):
-            part = run[i:i + per]
-            if part.size:
-                start = int(part[0]) * L
-                yield start, np.arange(start, min(int(part[-1] + 1) * L, capacity), dtype=np.int64)

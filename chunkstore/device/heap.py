@@ -9,7 +9,8 @@ frees its records in the order it wrote them, so segments empty oldest first.
 All segments live in *one* device tensor, the arena (``slots * segment_bytes``
 bytes, then the *inbox*), so a record's device address is one integer and a batch
 reads every record with one gather, whatever segment it is in. The arena grows
-(doubling, by a copy) up to ``budget_bytes``; past it, the oldest segment is
+by a quarter at a time (a device copy, rare: the copies add up to about four times
+the final size, and a quarter is the most room left idle) up to ``budget_bytes``; past it, the oldest segment is
 copied to host RAM ("spilled") and its slot reused. A read still finds spilled
 records: :meth:`DeviceHeap.pack` copies them (and any record of the current
 segment not uploaded yet) after the batch's header, and the whole block goes to
@@ -190,7 +191,7 @@ class DeviceHeap:
         if self._free_slots:
             return self._free_slots.pop()
         if self.max_slots is None or self._nslots < self.max_slots:
-            grow = max(1, 2 * self._nslots)
+            grow = max(self._nslots + 1, self._nslots * 5 // 4)  # a quarter more: little idle room
             if self.max_slots is not None:
                 grow = min(grow, self.max_slots)
             self._allocate(grow, self._inbox)

@@ -38,7 +38,7 @@ from chunkstore.device.runs import RunFormat, cost_matrix
 __all__ = ["RECENT", "WINDOW", "ReferencePolicy"]
 
 #: items a trial reference is costed on before it is kept or dropped
-WINDOW = 256
+WINDOW = 128
 #: most recently used references offered as candidates
 RECENT = 8
 #: trials kept at once (one per stream being written); the oldest goes first
@@ -90,7 +90,7 @@ class ReferencePolicy:
         ``before`` is the reference of the item just before the chunk (0 if none).
         """
         cands = self._candidates(before)
-        costs = cost_matrix(items, self.pool.host[cands], self.fmt)
+        costs = cost_matrix(items, self.pool.host[cands], self.fmt, bounded=True)
         best, rows = costs.min(1), cands[costs.argmin(1)]
         new = self._new_reference(chunk, items, best)
         if new is not None:

@@ -173,18 +173,35 @@ def encode_items(items: np.ndarray, refs: np.ndarray, fmt: RunFormat,
     if k is None:
         _encode_numpy(items, refs, fmt, out, meta)
     else:
-        k.encode(items, refs, fmt.word_bytes, fmt.pos_bits, fmt.max_len, out, meta)
+        items, refs = np.ascontiguousarray(items), np.ascontiguousarray(refs)
+        k.encode(items, refs, _words(items), _words(refs), fmt.word_bytes, fmt.pos_bits, fmt.max_len,
+                 out, meta)
     return meta
 
 
-def cost_matrix(items: np.ndarray, cands: np.ndarray, fmt: RunFormat) -> np.ndarray:
-    """Record bytes of each of ``items`` (``(m, n)``) against each of ``cands`` (``(k, n)``)."""
+def cost_matrix(items: np.ndarray, cands: np.ndarray, fmt: RunFormat, *,
+                bounded: bool = False) -> np.ndarray:
+    """Record bytes of each of ``items`` (``(m, n)``) against each of ``cands`` (``(k, n)``).
+
+    ``bounded``: only each row's minimum (and its first position) must be exact; the
+    count against a candidate stops once it exceeds the best so far (then the entry
+    is some value above that best). Choosing among candidates needs no more.
+    """
     if items.shape[0] == 0 or cands.shape[0] == 0:
         return np.zeros((items.shape[0], cands.shape[0]), np.int64)
     k = _numba_kernels()
     if k is None:
         return _cost_numpy(items, cands, fmt)
-    return k.cost_matrix(items, cands, fmt.word_bytes, fmt.max_len)
+    items, cands = np.ascontiguousarray(items), np.ascontiguousarray(cands)
+    return k.cost_matrix(items, cands, _words(items), _words(cands), fmt.word_bytes, fmt.max_len,
+                         bounded)
+
+
+def _words(rows: np.ndarray) -> np.ndarray:
+    """``rows`` (C-contiguous uint8) as uint64 words, or an empty (m, 0) array if they do not divide."""
+    if rows.shape[1] % 8 == 0 and rows.ctypes.data % 8 == 0:
+        return rows.view(np.uint64)
+    return np.zeros((rows.shape[0], 0), np.uint64)
 
 
 def copy_ranges(src: np.ndarray, start: np.ndarray, length: np.ndarray, dst: np.ndarray,
