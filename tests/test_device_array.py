@@ -468,3 +468,25 @@ def test_cuda_round_trip_and_no_syncs():
         torch.cuda.set_sync_debug_mode("default")
     want = np.where((ids >= 0)[:, None, None], model[ids], 0)
     assert out.device.type == "cuda" and np.array_equal(out.cpu().numpy(), want)
+
+
+# -- the benchmark scripts (real Atari frames) ------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool, header", [("bench_device_encodings", "Bytes per frame"),
+                                          ("bench_device", "Replay-shaped reads")])
+def test_device_benchmarks_run(tool, header, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    out = tmp_path / f"{tool}.json"
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    res = subprocess.run([sys.executable, str(repo / "tools" / f"{tool}.py"), "--quick", "--games", "Pong",
+                          "--out", str(out)], capture_output=True, text=True, cwd=repo, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert header in res.stdout and json.loads(out.read_text())["config"]["quick"]

@@ -38,7 +38,7 @@ from chunkstore.device.persist import export_chunked, import_chunked
 from chunkstore.device.policy import WINDOW, ReferencePolicy
 from chunkstore.device.refs import ReferencePool
 from chunkstore.device.runs import RunFormat, encode_items
-from chunkstore.device.staging import StagingBuffer
+from chunkstore.device.staging import StagingRing
 from chunkstore.errors import MissingBackendError
 
 __all__ = ["DeviceArray"]
@@ -157,7 +157,7 @@ class DeviceArray:
                              f"({self.fmt.record_bound} bytes)")
         self._pool = ReferencePool(torch, self.device, self._item_nbytes)
         self._policy = ReferencePolicy(self.fmt, self._pool, window=reference_window)
-        self._staging = [StagingBuffer(torch, self.device), StagingBuffer(torch, self.device)]
+        self._staging = StagingRing(torch, self.device)
         self._scratch = np.zeros(0, np.uint8)
         self._views: tuple[int, Any, Any] | None = None  # (pool version, typed rows, byte rows)
         self._lock = threading.RLock()
@@ -203,7 +203,7 @@ class DeviceArray:
     def host_nbytes(self) -> int:
         """Host bytes held: index, open chunks, spilled segments, staging, reference copies."""
         opened = sum(b.nbytes + w.nbytes for b, w in self._open.values())
-        staging = sum(s.nbytes for s in self._staging) + self._scratch.nbytes
+        staging = self._staging.nbytes + self._scratch.nbytes
         return self.index_nbytes + opened + staging + self._heap.host_nbytes + self._pool.host_nbytes
 
     @property
@@ -468,8 +468,7 @@ class DeviceArray:
             self._closed = True
             self._heap.close()
             self._pool.close()
-            for s in self._staging:
-                s.release()
+            self._staging.release()
             self._open.clear()
             self._views = None
 
@@ -534,9 +533,8 @@ class DeviceArray:
     def _upload_batch(self, ids: np.ndarray) -> tuple[Any, int, int]:
         """The batch's header and host-side records in the inbox (see :func:`upload_batch`)."""
         fresh = self._encode_open(ids, ids >= 0)
-        self._staging.reverse()  # two buffers in turn: the other may still be uploading
         return upload_batch(ids, (self._ref, self._nw, self._nv, self._addr), fresh, self._heap,
-                            self.fmt, self._item_nbytes, self._staging[0])
+                            self.fmt, self._item_nbytes, self._staging.acquire())
 
     def _encode_open(self, ids: np.ndarray, valid: np.ndarray) -> FreshRecords:
         """Records of the items of ``ids`` written in open chunks, encoded now against the zero row."""

@@ -15,10 +15,11 @@ a multiple of ``word_bytes`` so that the next record's words stay aligned::
 Decoding (:mod:`chunkstore.device.decode`) copies the reference and overwrites
 the runs; nothing depends on the previous item, so any item decodes alone.
 
-Measured on real 84x84 Atari frames (``tools/bench_device_encodings.py``): one
-reference per game and 2-byte words (13 bits of start, runs of up to 8 bytes)
-store a MsPacman frame in 363 bytes, Pong 194, Breakout 152, against 735 / 365 /
-318 for changed pixels with 2-byte positions, and beat 3- or 4-byte words.
+Measured on 20,000 real 84x84 Atari frames per game (``tools/bench_device_encodings.py``),
+against one reference per game: 2-byte words (13 bits of start, runs of up to 8
+bytes) store a MsPacman / Pong / Breakout frame in 365 / 195 / 153 bytes, against
+735 / 365 / 319 for changed pixels (2-byte position + value), 605 / 261 / 233 for
+changed 2x2 tiles, and 407 / 230 / 163 and 457 / 265 / 181 for 3- and 4-byte words.
 
 Host side only (numpy and numba); the encoder runs as numba kernels, or as
 vectorised numpy when the native layer is off (same bytes, slower).

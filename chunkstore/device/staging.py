@@ -15,7 +15,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StagingBuffer"]
+__all__ = ["StagingBuffer", "StagingRing"]
+
+#: staging buffers a ring holds before a read waits for an old upload to finish
+MAX_IN_FLIGHT = 8
 
 
 class StagingBuffer:
@@ -59,6 +62,10 @@ class StagingBuffer:
         self.tensor = torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=self._pin)
         self.array = self.tensor.numpy()
 
+    def busy(self) -> bool:
+        """Whether the last upload from this buffer may still be running (never waits)."""
+        return self._event is not None and not self._event.query()
+
     def ready(self) -> None:
         """Wait until the last upload from this buffer has run (CUDA; a no-op elsewhere)."""
         if self._event is not None:
@@ -83,3 +90,46 @@ class StagingBuffer:
         """Drop the storage (waits for a pending upload first)."""
         self.ready()
         self.tensor, self.array = None, np.zeros(0, np.uint8)
+
+
+class StagingRing:
+    """Staging buffers for reads, used in turn without waiting on the device.
+
+    A read takes a buffer whose last upload is done (asked with a non-blocking event
+    query); if all are busy it adds one, up to :data:`MAX_IN_FLIGHT`, and only then
+    waits for the oldest. The host can thus queue several reads ahead of the GPU.
+
+    Examples
+    --------
+    >>> import torch
+    >>> ring = StagingRing(torch, torch.device("cpu"))
+    >>> ring.acquire().host(8).size
+    8
+    """
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self._torch, self._device = torch, device
+        self._buffers = [StagingBuffer(torch, device)]
+        self._next = 0
+
+    def acquire(self) -> StagingBuffer:
+        n = len(self._buffers)
+        for k in range(n):
+            buf = self._buffers[(self._next + k) % n]
+            if not buf.busy():
+                self._next = (self._next + k + 1) % n
+                return buf
+        if n < MAX_IN_FLIGHT:
+            self._buffers.append(StagingBuffer(self._torch, self._device))
+            return self._buffers[-1]
+        buf = self._buffers[self._next]  # the oldest: host() waits for it
+        self._next = (self._next + 1) % n
+        return buf
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers)
+
+    def release(self) -> None:
+        for b in self._buffers:
+            b.release()
