@@ -1,0 +1,615 @@
+"""DeviceArray: a ring of items kept encoded in device memory, read as device tensors.
+
+The write side mirrors :class:`chunkstore.ChunkedArray` (items in chunks of
+``chunk_len``; a chunk being written stays raw on the host until its last item is
+written, too many chunks are open, or :meth:`DeviceArray.flush`; ``discard``,
+``remap`` and ``clear`` work on whole chunks, with the same checks), so the frame
+engine can use either. A sealed item is encoded against a reference item
+(:mod:`chunkstore.device.runs`, :mod:`chunkstore.device.policy`) and its record
+appended to the device heap (:mod:`chunkstore.device.heap`).
+
+Reading (:meth:`DeviceArray.take`) is one upload and a fixed number of torch ops
+(:mod:`chunkstore.device.decode`), whatever the batch size: the host keeps each
+item's reference, record address, run and byte counts, computes every size and
+address of a batch from them, and sends them with any record not on the device
+(spilled, just written, or in an open chunk, encoded on the fly) as one block.
+Nothing in a read copies device data to the host or waits for the device.
+
+Items are stored as their bytes, so every dtype round-trips bit-exactly (NaN
+payloads, ``-0.0``); a read views the bytes back as the dtype's torch
+counterpart, or returns the bytes (:meth:`DeviceArray.take_bytes`) for dtypes
+torch lacks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from chunkstore.casting import lossless_cast
+from chunkstore.device.batch import FreshRecords, upload_batch
+from chunkstore.device.decode import decode
+from chunkstore.device.dtypes import torch_dtype
+from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceHeap
+from chunkstore.device.persist import export_chunked, import_chunked
+from chunkstore.device.policy import WINDOW, ReferencePolicy
+from chunkstore.device.refs import ReferencePool
+from chunkstore.device.runs import RunFormat, encode_items
+from chunkstore.device.staging import StagingRing
+from chunkstore.errors import MissingBackendError
+
+__all__ = ["DeviceArray"]
+
+DEFAULT_CHUNK_LEN = 4
+MAX_OPEN_CHUNKS = 4
+
+
+def _carriers() -> dict[Any, Any]:
+    import torch
+
+    return {getattr(torch, f"uint{b}"): getattr(torch, f"int{b}") for b in (16, 32, 64)
+            if hasattr(torch, f"uint{b}")}
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is a dependency
+        raise MissingBackendError("DeviceArray needs PyTorch: install torch (see the README)") from exc
+    return torch
+
+
+class DeviceArray:
+    """A fixed-capacity array of items encoded in device memory; ``take`` returns device tensors.
+
+    Parameters
+    ----------
+    capacity
+        Number of items.
+    item_shape, dtype
+        Shape and dtype of one item; any numpy dtype is stored bit-exactly.
+    chunk_len
+        Items per chunk: the unit of sealing, :meth:`discard` and :meth:`remap`.
+    device
+        A torch device (``"cpu"``, ``"cuda"``, ``"mps"``, ``"meta"``).
+    budget_bytes
+        Most bytes of record segments kept on the device (None: no limit); past it
+        the oldest segments move to host RAM and are still read (more slowly).
+        References and the read inbox come on top; :attr:`nbytes` counts everything.
+    name
+        Shown in errors.
+    max_open
+        Chunks kept open (raw, on the host) at once; one per sequential writer.
+    segment_bytes
+        Size of a heap segment (default 1 MiB, less for small arrays, at least 4 records).
+    reference_window
+        Items a candidate reference is tried on before it is kept or dropped
+        (:data:`chunkstore.device.policy.WINDOW`).
+
+    Examples
+    --------
+    >>> arr = DeviceArray(100, (2, 3), np.float32, chunk_len=4, device="cpu")
+    >>> arr.write(0, np.ones((8, 2, 3), np.float32))
+    >>> x = arr.take(np.array([1, -1, 7]))
+    >>> x.shape, x.device.type, x.sum().item()
+    (torch.Size([3, 2, 3]), 'cpu', 12.0)
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        item_shape: tuple[int, ...] | int = (),
+        dtype: Any = np.uint8,
+        *,
+        chunk_len: int = DEFAULT_CHUNK_LEN,
+        device: Any = "cpu",
+        budget_bytes: int | None = None,
+        name: str | None = None,
+        max_open: int = MAX_OPEN_CHUNKS,
+        segment_bytes: int | None = None,
+        reference_window: int = WINDOW,
+    ) -> None:
+        if int(capacity) < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if int(chunk_len) < 1:
+            raise ValueError(f"chunk_len must be >= 1, got {chunk_len}")
+        if int(max_open) < 1:
+            raise ValueError(f"max_open must be >= 1, got {max_open}")
+        self.capacity = int(capacity)
+        self.item_shape = (int(item_shape),) if np.isscalar(item_shape) else tuple(map(int, item_shape))  # type: ignore[arg-type]
+        if any(d < 0 for d in self.item_shape):
+            raise ValueError(f"item_shape must be non-negative, got {self.item_shape}")
+        self.dtype = np.dtype(dtype)
+        if self.dtype.hasobject:
+            raise TypeError(f"object dtypes cannot be stored, got {self.dtype}")
+        self.chunk_len = min(int(chunk_len), self.capacity)
+        self.name = name or "device-array"
+        self.max_open = int(max_open)
+        self._torch = torch = _import_torch()
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"{self.name}: CUDA is not available here; use device='cpu'")
+        self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
+        self.fmt = RunFormat.for_item(max(self._item_nbytes, 1))
+        self._tdtype = torch_dtype(self.dtype)
+        # the dtype decoding gathers in: torch's unsigned 16/32/64-bit types lack index_select
+        self._carrier = _carriers().get(self._tdtype, self._tdtype)
+        wide = self._item_nbytes > 0xFFFF  # run and byte counts of larger items need 32 bits
+        count_dtype = np.uint32 if wide else np.uint16
+        # per item: reference row, record address (virtual, -1: none), runs, value bytes
+        self._ref = np.zeros(self.capacity, np.int32)
+        self._addr = np.full(self.capacity, -1, np.int64)
+        self._nw = np.zeros(self.capacity, count_dtype)
+        self._nv = np.zeros(self.capacity, count_dtype)
+        self._stored = np.zeros(self.nchunks_total, bool)  # chunks sealed since their last discard
+        self._open: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()  # rows, written
+        if segment_bytes is None:  # small arrays get small segments; every segment holds 4+ records
+            fit = self.capacity * self.fmt.record_bound // 4
+            segment_bytes = max(4 * self.fmt.record_bound, min(DEFAULT_SEGMENT_BYTES, max(fit, 64 << 10)))
+        seg = int(segment_bytes)
+        self._heap = DeviceHeap(torch, self.device, torch.int16 if self.fmt.word_bytes == 2 else torch.int32,
+                                segment_bytes=-(-int(seg) // 8) * 8, budget_bytes=budget_bytes)
+        if self.fmt.record_bound > self._heap.segment_bytes:
+            raise ValueError(f"{self.name}: segment_bytes {segment_bytes} is smaller than one record "
+                             f"({self.fmt.record_bound} bytes)")
+        self._pool = ReferencePool(torch, self.device, self._item_nbytes)
+        self._policy = ReferencePolicy(self.fmt, self._pool, window=reference_window)
+        self._staging = StagingRing(torch, self.device)
+        self._scratch = np.zeros(0, np.uint8)
+        self._views: tuple[int, Any, Any] | None = None  # (pool version, typed rows, byte rows)
+        self._lock = threading.RLock()
+        self._closed = False
+
+    # -- geometry and sizes -------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.capacity, *self.item_shape)
+
+    @property
+    def nchunks_total(self) -> int:
+        return -(-self.capacity // self.chunk_len)
+
+    def __len__(self) -> int:
+        return self.capacity
+
+    def _rows(self, chunk: int) -> int:
+        return min(self.chunk_len, self.capacity - chunk * self.chunk_len)
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held: heap segments, the read inbox and the reference rows."""
+        return self._heap.nbytes + self._pool.nbytes
+
+    @property
+    def record_nbytes(self) -> int:
+        """Bytes of live records (the encoded items, without references or free space)."""
+        return self._heap.live_nbytes
+
+    @property
+    def reference_nbytes(self) -> int:
+        """Device bytes of the references in use."""
+        return self._pool.live_rows * self._item_nbytes
+
+    @property
+    def index_nbytes(self) -> int:
+        """Host bytes of the per-item index (reference, address, counts) and chunk flags."""
+        return int(self._ref.nbytes + self._addr.nbytes + self._nw.nbytes + self._nv.nbytes
+                   + self._stored.nbytes)
+
+    @property
+    def host_nbytes(self) -> int:
+        """Host bytes held: index, open chunks, spilled segments, staging, reference copies."""
+        opened = sum(b.nbytes + w.nbytes for b, w in self._open.values())
+        staging = self._staging.nbytes + self._scratch.nbytes
+        return self.index_nbytes + opened + staging + self._heap.host_nbytes + self._pool.host_nbytes
+
+    @property
+    def nchunks(self) -> int:
+        """Number of sealed chunks."""
+        return int(np.count_nonzero(self._stored))
+
+    def stored_chunks(self) -> np.ndarray:
+        """Indices of the sealed chunks (``flush()`` first to include open ones)."""
+        return np.flatnonzero(self._stored)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": self.shape,
+            "dtype": str(self.dtype),
+            "device": str(self.device),
+            "chunk_len": self.chunk_len,
+            "nchunks": self.nchunks,
+            "nopen": len(self._open),
+            "nbytes": self.nbytes,
+            "record_nbytes": self.record_nbytes,
+            "reference_nbytes": self.reference_nbytes,
+            "references": self._pool.live_rows,
+            "references_created": self._policy.created,
+            "index_nbytes": self.index_nbytes,
+            "host_nbytes": self.host_nbytes,
+            "heap": self._heap.info(),
+            "run_format": {"word_bytes": self.fmt.word_bytes, "max_len": self.fmt.max_len},
+        }
+
+    def __repr__(self) -> str:
+        return (f"DeviceArray(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, "
+                f"device={self.device}, chunk_len={self.chunk_len}, nchunks={self.nchunks})")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.name}: the array is closed")
+
+    # -- writing (ChunkedArray's semantics) ----------------------------------------------------
+    def __setitem__(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._check_open()
+            if isinstance(key, (int, np.integer)):  # the appender's case: one item
+                i = self._check_index(int(key))
+                self._write_run(i, self._coerce(value, 1))
+            elif isinstance(key, slice):
+                start, stop, step = key.indices(self.capacity)
+                if step == 1:
+                    if stop > start:
+                        self._write_run(start, self._coerce(value, stop - start))
+                else:
+                    self.put(np.arange(start, stop, step), value)
+            elif isinstance(key, tuple):
+                raise TypeError(f"{self.name}: only whole items can be written (arr[i] = item)")
+            else:
+                self.put(key, value)
+
+    def write(self, start: int, items: Any) -> None:
+        """``items[k]`` goes to ``self[start + k]`` (no wrap-around)."""
+        items = np.asarray(items)
+        n = len(items) if items.ndim > len(self.item_shape) else 1
+        if start < 0 or start + n > self.capacity:
+            raise IndexError(f"write of {n} items at {start} exceeds capacity {self.capacity}")
+        vals = self._coerce(items, n)
+        with self._lock:
+            self._check_open()
+            self._write_run(start, vals)
+
+    def put(self, indices: Any, values: Any) -> None:
+        """``self[indices[k]] = values[k]`` for an integer index array (the last write wins)."""
+        idx = self._normalize_indices(indices).reshape(-1)
+        vals = self._coerce(values, idx.size)
+        if idx.size == 0:
+            return
+        with self._lock:
+            self._check_open()
+            order = np.argsort(idx, kind="stable")
+            chunks = idx[order] // self.chunk_len
+            for part in np.split(order, np.flatnonzero(np.diff(chunks)) + 1):
+                c = int(idx[part[0]]) // self.chunk_len
+                buf, written = self._open_chunk(c)
+                rows = idx[part] - c * self.chunk_len
+                buf[rows] = vals[part]
+                written[rows] = True
+                self._after_write(c, int(rows.max()))
+
+    def _write_run(self, start: int, vals: np.ndarray) -> None:
+        L = self.chunk_len
+        pos, end = start, start + len(vals)
+        while pos < end:
+            c, r0 = divmod(pos, L)
+            r1 = min(L, end - c * L, self._rows(c))
+            part = vals[pos - start:pos - start + r1 - r0]
+            if r0 == 0 and r1 == self._rows(c) and c not in self._open:
+                self._seal_rows(c, np.arange(r1), part)  # a whole chunk: encode straight from the input
+            else:
+                buf, written = self._open_chunk(c)
+                buf[r0:r1] = part
+                written[r0:r1] = True
+                self._after_write(c, r1 - 1)
+            pos += r1 - r0
+
+    def _coerce(self, value: Any, n: int) -> np.ndarray:
+        """``value`` as ``(n, *item_shape)`` in our dtype, refusing lossy casts."""
+        arr = np.asarray(value)
+        if arr.dtype != self.dtype:
+            arr = lossless_cast(arr, self.dtype, self.name)
+        shape = (n, *self.item_shape)
+        if arr.shape != shape:
+            try:
+                arr = np.broadcast_to(arr, shape)
+            except ValueError:
+                raise ValueError(f"{self.name}: cannot write values of shape {np.shape(value)} into "
+                                 f"{n} item(s) of shape {self.item_shape}") from None
+        return arr
+
+    def _open_chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """The open buffer of chunk ``c``: raw rows and which of them were written.
+
+        Rows not written keep their stored records, so opening a sealed chunk
+        decodes nothing.
+        """
+        entry = self._open.get(c)
+        if entry is not None:
+            self._open.move_to_end(c)
+            return entry
+        rows = self._rows(c)
+        entry = (np.zeros((rows, *self.item_shape), self.dtype), np.zeros(rows, bool))
+        self._open[c] = entry
+        while len(self._open) > self.max_open:
+            self._seal(next(iter(self._open)))
+        return entry
+
+    def _after_write(self, c: int, last_row: int) -> None:
+        if last_row == self._rows(c) - 1:
+            self._seal(c)
+
+    def _seal(self, c: int) -> None:
+        buf, written = self._open[c]
+        rows = np.flatnonzero(written)
+        self._seal_rows(c, rows, buf[rows])
+        del self._open[c]
+
+    def _seal_rows(self, c: int, rows: np.ndarray, vals: np.ndarray) -> None:
+        """Encode items ``c * chunk_len + rows`` (values ``vals``) and replace their records."""
+        ids = c * self.chunk_len + rows
+        if ids.size and self._item_nbytes:
+            items = np.ascontiguousarray(vals).reshape(len(ids), -1).view(np.uint8)
+            before = int(self._ref[ids[0] - 1]) if ids[0] > 0 else 0
+            refs = self._policy.choose(c, before, items)
+            meta = encode_items(items, self._pool.host[refs], self.fmt, self._scratch_for(len(ids)))
+            addrs = self._heap.put(self._scratch, meta[:, 2])
+            self._pool.incref(refs)
+            self._release(ids)
+            self._ref[ids], self._addr[ids] = refs, addrs
+            self._nw[ids], self._nv[ids] = meta[:, 0], meta[:, 1]
+        self._stored[c] = True
+
+    def _scratch_for(self, n: int) -> np.ndarray:
+        need = n * self.fmt.record_bound
+        if self._scratch.size < need:
+            self._scratch = np.empty(need, np.uint8)
+        return self._scratch
+
+    def _record_sizes(self, ids: np.ndarray) -> np.ndarray:
+        h = self.fmt.word_bytes
+        raw = h * self._nw[ids].astype(np.int64) + self._nv[ids]
+        return -(-raw // h) * h
+
+    def _release(self, ids: np.ndarray) -> None:
+        """Items ``ids`` lose their records and references (they read as zeros)."""
+        self._heap.release(self._addr[ids], self._record_sizes(ids))
+        self._pool.decref(self._ref[ids])
+        self._ref[ids], self._addr[ids], self._nw[ids], self._nv[ids] = 0, -1, 0, 0
+
+    def flush(self) -> None:
+        """Seal every open chunk and upload every record still on the host."""
+        with self._lock:
+            self._check_open()
+            for c in list(self._open):
+                self._seal(c)
+            self._heap.flush()
+
+    def discard(self, start: int, stop: int) -> None:
+        """Items in ``[start, stop)`` are dead: free the chunks wholly inside the range.
+
+        Those chunks read as zeros afterwards; partially covered chunks are kept.
+        """
+        start, stop = max(0, int(start)), min(self.capacity, int(stop))
+        first = -(-start // self.chunk_len)
+        last = stop // self.chunk_len if stop < self.capacity else self.nchunks_total
+        with self._lock:
+            self._check_open()
+            if last <= first:
+                return
+            for c in [c for c in self._open if first <= c < last]:
+                del self._open[c]
+            hit = np.flatnonzero(self._stored[first:last]) + first
+            if hit.size:
+                ids = (hit[:, None] * self.chunk_len + np.arange(self.chunk_len)).reshape(-1)
+                self._release(ids[ids < self.capacity])
+                self._stored[hit] = False
+
+    def clear(self) -> None:
+        """Every item back to zeros; device space released."""
+        self.discard(0, self.capacity)
+        self._policy.reset()
+
+    def remap(self, capacity: int, src: Any, dst: Any) -> None:
+        """Change the capacity; stored or open chunk ``src[i]`` becomes chunk ``dst[i]``.
+
+        Every other chunk is freed. Nothing is decoded or re-encoded: only the
+        per-item tables move. Moved chunks must keep their row count.
+        """
+        src = np.asarray(src, np.int64).reshape(-1)
+        dst = np.asarray(dst, np.int64).reshape(-1)
+        capacity = int(capacity)
+        if capacity < 1 or src.shape != dst.shape:
+            raise ValueError(f"remap needs capacity >= 1 and src/dst of equal length, got "
+                             f"{capacity}, {src.shape}, {dst.shape}")
+        L = self.chunk_len
+        n_new = -(-capacity // L)
+        if src.size and (src.min() < 0 or src.max() >= self.nchunks_total or dst.min() < 0
+                         or dst.max() >= n_new or np.unique(dst).size != dst.size):
+            raise IndexError(f"{self.name}: remap chunks out of range or duplicated")
+        rows_new = np.minimum(L, capacity - dst * L)
+        rows_old = np.minimum(L, self.capacity - src * L)
+        if not np.array_equal(rows_new, rows_old):
+            raise ValueError(f"{self.name}: remap would change the row count of a chunk")
+        with self._lock:
+            self._check_open()
+            keep = np.zeros(self.nchunks_total, bool)
+            keep[src] = True
+            self.discard_chunks(np.flatnonzero(self._stored & ~keep))
+            old_ids = np.repeat(src * L, rows_old) + _ranks(rows_old)
+            new_ids = np.repeat(dst * L, rows_new) + _ranks(rows_new)
+            tables = []
+            for old in (self._ref, self._addr, self._nw, self._nv):
+                new = np.full(capacity, -1, old.dtype) if old is self._addr else np.zeros(capacity, old.dtype)
+                new[new_ids] = old[old_ids]
+                tables.append(new)
+            stored = np.zeros(n_new, bool)
+            stored[dst] = self._stored[src]
+            moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
+            self._open = OrderedDict((moved[c], e) for c, e in self._open.items() if c in moved)
+            self._ref, self._addr, self._nw, self._nv = tables
+            self._stored, self.capacity = stored, capacity
+            self._policy.reset()
+
+    def discard_chunks(self, chunks: np.ndarray) -> None:
+        """Free whole chunks (stored or open) by index."""
+        with self._lock:
+            for c in np.asarray(chunks, np.int64).tolist():
+                self.discard(c * self.chunk_len, min((c + 1) * self.chunk_len, self.capacity))
+
+    def close(self) -> None:
+        """Give the device memory back; the array cannot be used afterwards."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._heap.close()
+            self._pool.close()
+            self._staging.release()
+            self._open.clear()
+            self._views = None
+
+    def __enter__(self) -> DeviceArray:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------------
+    def take(self, ids: Any) -> Any:
+        """Items at ``ids`` as one tensor on the device: ``(*ids.shape, *item_shape)``.
+
+        ``ids`` is a host integer array with values in ``-1 .. capacity - 1``; ``-1``
+        gives an all-zero item (unlike ``ChunkedArray.take``, negative ids do not
+        count from the end). The read is one upload and a fixed number of torch ops,
+        whatever ``len(ids)``, and never waits for the device.
+        """
+        if self._tdtype is None:
+            raise TypeError(f"{self.name}: torch has no dtype for {self.dtype}; use take_bytes()")
+        return self._take(ids, typed=True)
+
+    def take_bytes(self, ids: Any) -> Any:
+        """Like :meth:`take`, as raw bytes: uint8 ``(*ids.shape, *item_shape, itemsize)``."""
+        return self._take(ids, typed=False)
+
+    def _take(self, ids: Any, typed: bool) -> Any:
+        ids = np.asarray(ids)
+        if ids.size and ids.dtype.kind not in "iu":
+            raise IndexError(f"{self.name}: ids must be integers, got dtype {ids.dtype}")
+        flat = ids.reshape(-1).astype(np.int64, copy=False)
+        if flat.size and (int(flat.min()) < -1 or int(flat.max()) >= self.capacity):
+            raise IndexError(f"{self.name}: ids must lie in -1..{self.capacity - 1}")
+        torch = self._torch
+        with self._lock:
+            self._check_open()
+            if flat.size == 0 or self._item_nbytes == 0:
+                shape = (flat.size, *self.item_shape) + (() if typed else (self.dtype.itemsize,))
+                dtype = self._tdtype if typed else torch.uint8
+                return torch.zeros((*ids.shape, *shape[1:]), dtype=dtype, device=self.device)
+            refs = self._pool_views()[0 if typed else 1]
+            header, n_runs, n_values = self._upload_batch(flat)
+            heap = self._heap
+            out = decode(torch, self.fmt, refs, heap.words, heap.bytes, header, n_runs, n_values)
+        if typed and self._carrier != self._tdtype:
+            out = out.view(self._tdtype)
+        return out if ids.ndim == 1 else out.view(*ids.shape, *out.shape[1:])
+
+    def _pool_views(self) -> tuple[Any, Any]:
+        """The reference rows as ``(rows, *item_shape)`` in the carrier dtype, and as bytes (cached)."""
+        pool = self._pool
+        if self._views is None or self._views[0] != pool.version:
+            rows = pool.rows
+            n = rows.shape[0]
+            typed = None
+            if self._carrier is not None:
+                typed = rows.view(self._carrier).view(n, *self.item_shape)
+            raw = rows.view(n, *self.item_shape, self.dtype.itemsize)
+            self._views = (pool.version, typed, raw)
+        return self._views[1], self._views[2]
+
+    def _upload_batch(self, ids: np.ndarray) -> tuple[Any, int, int]:
+        """The batch's header and host-side records in the inbox (see :func:`upload_batch`)."""
+        fresh = self._encode_open(ids, ids >= 0)
+        return upload_batch(ids, (self._ref, self._nw, self._nv, self._addr), fresh, self._heap,
+                            self.fmt, self._item_nbytes, self._staging.acquire())
+
+    def _encode_open(self, ids: np.ndarray, valid: np.ndarray) -> FreshRecords:
+        """Records of the items of ``ids`` written in open chunks, encoded now against the zero row."""
+        if not self._open:
+            return FreshRecords.none()
+        L = self.chunk_len
+        keys = np.fromiter(self._open, np.int64, len(self._open))
+        pos = np.flatnonzero(valid & np.isin(ids // L, keys))
+        if pos.size:
+            hit = np.array([self._open[int(i) // L][1][int(i) % L] for i in ids[pos].tolist()], bool)
+            pos = pos[hit]
+        if pos.size == 0:
+            return FreshRecords.none()
+        uniq, inv = np.unique(ids[pos], return_inverse=True)
+        items = np.empty((uniq.size, *self.item_shape), self.dtype)  # our dtype: concatenating
+        for k, i in enumerate(uniq.tolist()):  # would turn a non-native byte order native
+            items[k] = self._open[i // L][0][i % L]
+        items = np.ascontiguousarray(items).reshape(uniq.size, -1).view(np.uint8)
+        meta = encode_items(items, np.zeros_like(items), self.fmt, self._scratch_for(uniq.size))
+        return FreshRecords(pos, meta, inv, self._scratch[:int(meta[:, 2].sum())])
+
+    # -- persistence hooks ------------------------------------------------------------------------
+    def live_chunks(self) -> np.ndarray:
+        """Chunks sealed or open: the chunks a :class:`~chunkstore.ChunkedArray` would hold."""
+        opened = np.fromiter(self._open, np.int64, len(self._open))
+        return np.union1d(np.flatnonzero(self._stored), opened).astype(np.int64)
+
+    def to_chunked(self, codec: Any = None, *, batch_items: int = 4096, **kwargs: Any) -> Any:
+        """The live items as a host :class:`~chunkstore.ChunkedArray` (same capacity, chunk_len, chunks).
+
+        ``codec`` and ``kwargs`` go to the ChunkedArray (its default codec if None).
+        Device data is copied to the host here: this is the save path, not a read.
+        """
+        with self._lock:
+            self._check_open()
+            return export_chunked(self, codec, batch_items=batch_items, **kwargs)
+
+    @classmethod
+    def from_chunked(cls, src: Any, *, device: Any = "cpu", batch_items: int = 4096,
+                     **kwargs: Any) -> DeviceArray:
+        """A DeviceArray holding the items and stored chunks of ``src`` (flushed first).
+
+        ``kwargs`` go to the constructor (``budget_bytes``, ``name``, ...).
+        """
+        out = cls(src.capacity, src.item_shape, src.dtype, chunk_len=src.chunk_len, device=device,
+                  **kwargs)
+        import_chunked(out, src, batch_items=batch_items)
+        return out
+
+    # -- indices ---------------------------------------------------------------------------------
+    def _check_index(self, i: int) -> int:
+        if not -self.capacity <= i < self.capacity:
+            raise IndexError(f"index {i} is out of bounds for {self.name} of capacity {self.capacity}")
+        return i % self.capacity
+
+    def _normalize_indices(self, indices: Any) -> np.ndarray:
+        idx = np.asarray(indices)
+        if idx.dtype == bool:
+            if idx.shape != (self.capacity,):
+                raise IndexError(f"boolean index of shape {idx.shape} does not match {self.capacity}")
+            return np.flatnonzero(idx)
+        if idx.size == 0:
+            return idx.astype(np.int64)
+        if idx.dtype.kind not in "iu":
+            raise IndexError(f"{self.name}: indices must be integers, got dtype {idx.dtype}")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -self.capacity or hi >= self.capacity:
+            bad = lo if lo < -self.capacity else hi
+            raise IndexError(f"index {bad} is out of bounds for {self.name} of capacity {self.capacity}")
+        idx = idx.astype(np.int64)
+        return idx + self.capacity * (idx < 0) if lo < 0 else idx
+
+
+def _ranks(counts: np.ndarray) -> np.ndarray:
+    """0..counts[i]-1 for every i, concatenated."""
+    counts = np.asarray(counts, np.int64)
+    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+

@@ -1,0 +1,322 @@
+"""The device heap: records in fixed-size segments of one device tensor, under a byte budget.
+
+Records are appended to the *current* segment, whose bytes wait in a host staging
+buffer (pinned on CUDA) and go to the device in one copy when it is full (or on
+:meth:`DeviceHeap.flush`): uploads in batches, never per record. Every segment
+counts its live bytes; once they reach zero it is recycled whole. A ring buffer
+frees its records in the order it wrote them, so segments empty oldest first.
+
+All segments live in *one* device tensor, the arena (``slots * segment_bytes``
+bytes, then the *inbox*), so a record's device address is one integer and a batch
+reads every record with one gather, whatever segment it is in. The arena grows
+by a quarter at a time (a device copy, rare: the copies add up to about four times
+the final size, and a quarter is the most room left idle) up to ``budget_bytes``; past it, the oldest segment is
+copied to host RAM ("spilled") and its slot reused. A read still finds spilled
+records: :meth:`DeviceHeap.pack` copies them (and any record of the current
+segment not uploaded yet) after the batch's header, and the whole block goes to
+the inbox in one upload, so the decoder sees one address space.
+
+Addresses handed out are *virtual*: ``segment id * segment_bytes + offset``; a
+spill moves a segment without changing them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chunkstore.device.runs import copy_ranges
+from chunkstore.device.staging import StagingBuffer
+
+__all__ = ["DEFAULT_SEGMENT_BYTES", "DeviceHeap"]
+
+#: 1 MiB: about 3,000 MsPacman frames; a spill moves this much at a time
+DEFAULT_SEGMENT_BYTES = 1 << 20
+#: the inbox starts here and doubles when a batch needs more
+_INBOX_START = 256 << 10
+#: arena sizes are multiples of this, so its int64 and word views cover it
+_ALIGN = 8
+
+
+class DeviceHeap:
+    """Append-only segments in one device tensor, spilling the oldest to host RAM.
+
+    Parameters
+    ----------
+    torch
+        The torch module.
+    device
+        A ``torch.device``.
+    word_dtype
+        The torch dtype run words are read as (``torch.int16`` or ``torch.int32``).
+    segment_bytes
+        Bytes per segment (a multiple of 8); no record may be larger.
+    budget_bytes
+        Most bytes of segments kept on the device (None: no limit). The inbox
+        comes on top. 0 keeps every segment in host RAM.
+
+    Examples
+    --------
+    >>> import torch
+    >>> heap = DeviceHeap(torch, torch.device("cpu"), torch.int16, segment_bytes=64)
+    >>> addr = heap.put(np.arange(8, dtype=np.uint8), np.array([4, 4]))
+    >>> addr.tolist()
+    [0, 4]
+    """
+
+    def __init__(self, torch: Any, device: Any, word_dtype: Any, *,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, budget_bytes: int | None = None) -> None:
+        if segment_bytes < _ALIGN or segment_bytes % _ALIGN:
+            raise ValueError(f"segment_bytes must be a positive multiple of {_ALIGN}, got {segment_bytes}")
+        if budget_bytes is not None and budget_bytes < 0:
+            raise ValueError(f"budget_bytes must be >= 0 or None, got {budget_bytes}")
+        self._torch, self.device, self._word_dtype = torch, device, word_dtype
+        self.segment_bytes = int(segment_bytes)
+        self.max_slots = None if budget_bytes is None else int(budget_bytes) // self.segment_bytes
+        # per segment id: device slot (-1: in host RAM), append cursor, live bytes, age
+        self._slot = np.zeros(0, np.int64)
+        self._fill = np.zeros(0, np.int64)
+        self._live = np.zeros(0, np.int64)
+        self._born = np.zeros(0, np.int64)
+        self._host: list[np.ndarray | None] = []  # host bytes of spilled (and host-only) segments
+        self._free_ids: list[int] = []
+        self._used = np.zeros(0, bool)
+        self._clock = 0
+        self._cur = -1  # the segment being appended to
+        self._uploaded = 0  # bytes of the current segment already on the device
+        self._mirrors = [StagingBuffer(torch, device), StagingBuffer(torch, device)]
+        self._mirror: StagingBuffer | None = None  # the current segment's host bytes
+        self._free_slots: list[int] = []
+        self._nslots = 0
+        self._inbox = 0
+        self.spills = 0  # segments moved to host RAM so far
+        self.arena: Any = None
+        self._allocate(0, _INBOX_START)
+
+    # -- the arena ---------------------------------------------------------------------------
+    def _allocate(self, nslots: int, inbox: int) -> None:
+        """A new arena of ``nslots`` slots and an inbox of ``inbox`` bytes; slots are copied over."""
+        torch = self._torch
+        inbox = -(-int(inbox) // _ALIGN) * _ALIGN
+        arena = torch.empty(nslots * self.segment_bytes + inbox, dtype=torch.uint8, device=self.device)
+        if self.arena is not None and self._nslots:
+            keep = self._nslots * self.segment_bytes
+            arena[:keep].copy_(self.arena[:keep])
+        self._free_slots += list(range(self._nslots, nslots))
+        self.arena, self._nslots, self._inbox = arena, nslots, inbox
+        self.bytes = arena
+        self.words = arena.view(self._word_dtype)
+        self.int64 = arena.view(torch.int64)
+
+    @property
+    def inbox_offset(self) -> int:
+        """Byte offset of the inbox in the arena."""
+        return self._nslots * self.segment_bytes
+
+    def _slot_view(self, slot: int, start: int, stop: int) -> Any:
+        base = slot * self.segment_bytes
+        return self.arena[base + start:base + stop]
+
+    # -- appending -----------------------------------------------------------------------------
+    def put(self, data: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Append records (``data`` holds them back to back); their virtual addresses.
+
+        A record of size 0 stores nothing and gets address -1.
+        """
+        sizes = np.asarray(sizes, np.int64)
+        addrs = np.full(sizes.size, -1, np.int64)
+        if sizes.size and int(sizes.max()) > self.segment_bytes:
+            raise ValueError(f"a record of {int(sizes.max())} bytes exceeds the segment size "
+                             f"{self.segment_bytes}")
+        ends = np.cumsum(sizes)
+        i = 0
+        while i < sizes.size:
+            if self._cur < 0:
+                self._open_segment()
+            room = self.segment_bytes - int(self._fill[self._cur])
+            base = int(ends[i - 1]) if i else 0
+            j = int(np.searchsorted(ends, base + room, side="right"))  # records [i, j) fit
+            if j == i:
+                self._close_segment()
+                continue
+            n = int(ends[j - 1]) - base
+            fill = int(self._fill[self._cur])
+            self._store(fill, data[base:base + n])
+            addrs[i:j] = self._cur * self.segment_bytes + fill + (ends[i:j] - sizes[i:j] - base)
+            self._fill[self._cur] += n
+            self._live[self._cur] += n
+            i = j
+        addrs[sizes == 0] = -1
+        return addrs
+
+    def _store(self, offset: int, data: np.ndarray) -> None:
+        if self._mirror is not None:
+            self._mirror.array[offset:offset + data.size] = data
+        else:
+            host = self._host[self._cur]
+            assert host is not None
+            host[offset:offset + data.size] = data
+
+    def _open_segment(self) -> None:
+        seg = self._free_ids.pop() if self._free_ids else self._new_id()
+        self._fill[seg] = self._live[seg] = 0
+        self._born[seg] = self._clock
+        self._used[seg] = True
+        self._clock += 1
+        slot = self._take_slot()
+        self._slot[seg] = slot
+        self._cur, self._uploaded = seg, 0
+        if slot >= 0:  # two mirrors in turn: one may still be uploading the last segment
+            self._mirrors.reverse()
+            self._mirror = self._mirrors[0]
+            self._mirror.host(self.segment_bytes)
+            self._host[seg] = None
+        else:  # no device room at all (a zero budget): the segment lives in host RAM
+            self._mirror = None
+            self._host[seg] = np.empty(self.segment_bytes, np.uint8)
+
+    def _new_id(self) -> int:
+        seg = self._slot.size
+        self._slot = np.append(self._slot, -1)
+        self._fill = np.append(self._fill, 0)
+        self._live = np.append(self._live, 0)
+        self._born = np.append(self._born, 0)
+        self._used = np.append(self._used, False)
+        self._host.append(None)
+        return seg
+
+    def _take_slot(self) -> int:
+        """A free device slot: a recycled one, a new one (growing the arena), or a spilled one."""
+        if self._free_slots:
+            return self._free_slots.pop()
+        if self.max_slots is None or self._nslots < self.max_slots:
+            grow = max(self._nslots + 1, self._nslots * 5 // 4)  # a quarter more: little idle room
+            if self.max_slots is not None:
+                grow = min(grow, self.max_slots)
+            self._allocate(grow, self._inbox)
+            return self._free_slots.pop()
+        if self.max_slots == 0:
+            return -1
+        return self._spill_oldest()
+
+    def _spill_oldest(self) -> int:
+        on_device = np.flatnonzero(self._used & (self._slot >= 0))
+        on_device = on_device[on_device != self._cur]
+        seg = int(on_device[np.argmin(self._born[on_device])])
+        slot, fill = int(self._slot[seg]), int(self._fill[seg])
+        # a device-to-host copy in the write path (never in a read): the writer waits for it
+        host = np.empty(self.segment_bytes, np.uint8)
+        host[:fill] = self._slot_view(slot, 0, fill).to("cpu", copy=True).numpy()
+        self._host[seg] = host
+        self._slot[seg] = -1
+        self.spills += 1
+        return slot
+
+    def _close_segment(self) -> None:
+        """The current segment is full: upload what is left of it; recycle it if already dead."""
+        self.flush()
+        seg = self._cur
+        self._cur, self._mirror = -1, None
+        if self._live[seg] == 0:
+            self._free_segment(seg)
+
+    def flush(self) -> None:
+        """Upload the current segment's bytes that are not on the device yet."""
+        seg = self._cur
+        if seg < 0 or self._mirror is None:
+            return
+        fill = int(self._fill[seg])
+        if fill > self._uploaded:
+            slot = int(self._slot[seg])
+            self._mirror.upload(self._slot_view(slot, self._uploaded, fill), fill - self._uploaded,
+                                start=self._uploaded)
+            self._uploaded = fill
+
+    # -- freeing -------------------------------------------------------------------------------
+    def release(self, addrs: np.ndarray, sizes: np.ndarray) -> None:
+        """Records at ``addrs`` (``-1``: none) of ``sizes`` bytes are dead."""
+        addrs = np.asarray(addrs, np.int64)
+        keep = addrs >= 0
+        if not keep.any():
+            return
+        segs = addrs[keep] // self.segment_bytes
+        dead = np.bincount(segs, weights=np.asarray(sizes, np.int64)[keep], minlength=self._live.size)
+        self._live -= dead.astype(np.int64)
+        for seg in np.flatnonzero((dead > 0) & (self._live == 0)).tolist():
+            if seg != self._cur:
+                self._free_segment(seg)
+
+    def _free_segment(self, seg: int) -> None:
+        slot = int(self._slot[seg])
+        if slot >= 0:
+            self._free_slots.append(slot)
+        self._slot[seg] = -1
+        self._host[seg] = None
+        self._used[seg] = False
+        self._free_ids.append(seg)
+
+    # -- reading -------------------------------------------------------------------------------
+    def device_addresses(self, addrs: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Arena byte addresses of records, and which of them are not on the device.
+
+        Those (spilled, or in the current segment past what was uploaded) must be
+        packed with :meth:`pack`; their address in the result is meaningless.
+        Records of size 0 count as on the device.
+        """
+        addrs = np.asarray(addrs, np.int64)
+        seg, off = np.divmod(np.maximum(addrs, 0), self.segment_bytes)
+        slot = self._slot[seg] if self._slot.size else np.full(seg.shape, -1, np.int64)
+        away = (slot < 0) | ((seg == self._cur) & (off + sizes > self._uploaded))
+        away &= (addrs >= 0) & (np.asarray(sizes) > 0)
+        return slot * self.segment_bytes + off, away
+
+    def pack(self, addrs: np.ndarray, sizes: np.ndarray, dst: np.ndarray, dst_start: np.ndarray) -> None:
+        """Copy host-side records (from :meth:`device_addresses`) into ``dst`` at ``dst_start``."""
+        seg, off = np.divmod(addrs, self.segment_bytes)
+        for s in np.unique(seg).tolist():
+            sel = np.flatnonzero(seg == s)
+            src = self._mirror.array if s == self._cur and self._mirror is not None else self._host[s]
+            assert src is not None
+            copy_ranges(src, off[sel], sizes[sel], dst, dst_start[sel])
+
+    def ensure_inbox(self, nbytes: int) -> None:
+        """Make the inbox hold ``nbytes`` (growing the arena, by a copy, when it cannot)."""
+        if nbytes > self._inbox:
+            self._allocate(self._nslots, max(nbytes, 2 * self._inbox))
+
+    # -- sizes and lifetime -------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held: every slot and the inbox."""
+        return 0 if self.arena is None else int(self.arena.numel())
+
+    @property
+    def host_nbytes(self) -> int:
+        """Host bytes held: spilled segments and the staging buffers."""
+        spilled = sum(h.nbytes for h in self._host if h is not None)
+        return spilled + sum(m.nbytes for m in self._mirrors)
+
+    @property
+    def live_nbytes(self) -> int:
+        """Bytes of live records."""
+        return int(self._live.sum())
+
+    def info(self) -> dict[str, Any]:
+        used = self._used
+        return {
+            "segment_bytes": self.segment_bytes,
+            "slots": self._nslots,
+            "max_slots": self.max_slots,
+            "segments_on_device": int(np.count_nonzero(used & (self._slot >= 0))),
+            "segments_in_host_ram": int(np.count_nonzero(used & (self._slot < 0))),
+            "spills": self.spills,
+            "live_nbytes": self.live_nbytes,
+            "inbox_nbytes": self._inbox,
+        }
+
+    def close(self) -> None:
+        for m in self._mirrors:
+            m.release()
+        self.arena = self.bytes = self.words = self.int64 = None
+        self._host = [None] * len(self._host)
