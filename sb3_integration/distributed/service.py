@@ -210,7 +210,8 @@ class Shard:
         return {"shard": self.index, "epoch": self.epoch, "size": st.size(), "inserted": st.inserted,
                 "nbytes_stored": st.nbytes_stored, "codec_version": st.codec_version,
                 "restored": self.restored, "applied": dict(st.applied), "durable": dict(self.durable),
-                "streams": len(st.streams), "pid": os.getpid(), "last_checkpoint": dict(self.last_checkpoint)}
+                "streams": len(st.streams), "pid": os.getpid(), "last_checkpoint": dict(self.last_checkpoint),
+                "node": _node_id()}
 
     def end_writer(self, writer: int) -> None:
         self.store.end_writer(writer)
@@ -272,16 +273,18 @@ class ReplayService:
                max_insert_batch: int = 64, max_sample_batch: int = 1024,
                checkpoint_dir: str | None = None, checkpoint_every_s: float | None = None,
                max_restarts: int = 0, detached: bool = False, threads: int | None = None,
-               shard_options: list[dict[str, Any]] | None = None) -> ReplayService:
+               shard_options: list[dict[str, Any]] | None = None,
+               coordinator_options: dict[str, Any] | None = None) -> ReplayService:
         """Start a service of ``n_shards`` shards holding ``capacity`` transitions in all.
 
         ``min_size`` alone: sampling waits for that many inserted transitions.
         ``samples_per_insert`` with ``error_buffer``: Reverb's SampleToInsertRatio
         (bands that could deadlock batches of ``max_insert_batch`` / ``max_sample_batch``
         are refused; writers ask for their messages' permits in pieces of
-        ``max_insert_batch``, a learner's batch may not exceed ``max_sample_batch``). ``shard_options[i]``: extra Ray actor options for shard ``i``
-        (placement). ``max_restarts``: how often Ray restarts a dead shard (it
-        reloads its checkpoint).
+        ``max_insert_batch``, a learner's batch may not exceed ``max_sample_batch``).
+        ``shard_options[i]`` / ``coordinator_options``: extra Ray actor options
+        (placement: ``resources``, ``scheduling_strategy``). ``max_restarts``: how
+        often Ray restarts a dead shard (it reloads its checkpoint).
         """
         import ray
 
@@ -307,7 +310,7 @@ class ReplayService:
             os.makedirs(checkpoint_dir, exist_ok=True)
         life = {"lifetime": "detached"} if detached else {}
         coord = ray.remote(num_cpus=0, max_concurrency=256)(Coordinator).options(
-            name=name, namespace=NAMESPACE, **life).remote(config)
+            name=name, namespace=NAMESPACE, **life, **(coordinator_options or {})).remote(config)
         shards = []
         for i in range(config.n_shards):
             extra = config.shard_options[i] if i < len(config.shard_options) else {}
@@ -435,6 +438,15 @@ class ReplayService:
         with _suppress():
             ray.kill(self.coordinator, no_restart=True)
         self._handles = {}
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # outside Ray
+        return None
 
 
 def _spec(observation_space: Any, action_space: Any, capacity: int, chunk_len: int,
