@@ -13,17 +13,16 @@ import sys
 import time
 import warnings
 
+import _ray_helpers as helpers
 import numpy as np
 import pytest
 from gymnasium import spaces
 
-pytest.importorskip("ray")
-import ray  # noqa: E402
+from sb3_integration.distributed import GlobalSampler, ReplayService, ReplayWriter
+from sb3_integration.distributed.local import loopback_only
+from sb3_integration.distributed.sampler import ShardUnavailableWarning
 
-import _ray_helpers as helpers  # noqa: E402
-from sb3_integration.distributed import GlobalSampler, ReplayService, ReplayWriter  # noqa: E402
-from sb3_integration.distributed.local import loopback_only  # noqa: E402
-from sb3_integration.distributed.sampler import ShardUnavailableWarning  # noqa: E402
+ray = pytest.importorskip("ray")
 
 OBS = spaces.Box(0, 255, (4, 8, 8), np.uint8)
 ACT = spaces.Discrete(4)

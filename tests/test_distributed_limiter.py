@@ -74,9 +74,9 @@ def test_bands_that_can_deadlock_are_refused():
 
 def test_a_batch_larger_than_the_limiter_was_built_for_is_refused_at_the_call():
     lim = RateLimiter.min_size_limiter(1, max_insert_batch=8, max_sample_batch=4)
-    with pytest.raises(ValueError, match="outside 0..8"):
+    with pytest.raises(ValueError, match=r"outside 0\.\.8"):
         lim.acquire_insert(9, timeout=0)
-    with pytest.raises(ValueError, match="outside 0..4"):
+    with pytest.raises(ValueError, match=r"outside 0\.\.4"):
         lim.acquire_sample(5, timeout=0)
 
 

@@ -132,7 +132,7 @@ def test_writers_into_a_shard_match_a_numpy_model(dtype, n_envs, n_writers, capa
     frame_shape = (3, 2, 1) if channel_last else (1, 3, 2)
     axis = -1 if channel_last else 0
     obs_shape = tuple(d * depth if i == (axis % 3) else d for i, d in enumerate(frame_shape))
-    spec, store = make(capacity, obs_shape, dtype, chunk_len, codec)
+    _spec, store = make(capacity, obs_shape, dtype, chunk_len, codec)
     writers = [ChunkWriter(i + 1, obs_shape, dtype, (1,), np.int64, n_envs, chunk_len=chunk_len,
                            codec=get_codec(codec), axis_order=(axis, 0), flush_every=flush_every)
                for i in range(n_writers)]
@@ -146,7 +146,7 @@ def test_a_trained_dictionary_arriving_midway_reads_back_exactly(monkeypatch):
     monkeypatch.setattr(writer_mod, "TRAIN_BYTES", 64 << 10)
     rng = np.random.default_rng(1)
     obs_shape = (4, 32, 32)
-    spec, store = make(400, obs_shape, "uint8", 4, "zstd3+dict")
+    _spec, store = make(400, obs_shape, "uint8", 4, "zstd3+dict")
     w = ChunkWriter(1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3+dict"), flush_every=32)
     data = stacked_steps(rng, 300, 1, 4, (1, 32, 32), "uint8", False, p_done=0.02)
     model: list = []
@@ -171,7 +171,7 @@ def test_a_trained_dictionary_arriving_midway_reads_back_exactly(monkeypatch):
 def test_the_chunk_pool_stays_bounded_over_many_laps():
     rng = np.random.default_rng(2)
     obs_shape = (4, 6, 6)
-    spec, store = make(40, obs_shape, "uint8", 4)
+    _spec, store = make(40, obs_shape, "uint8", 4)
     ws = [ChunkWriter(i + 1, obs_shape, "uint8", (1,), np.int64, 2, codec=get_codec("zstd3"), flush_every=8)
           for i in range(2)]
     model: list = []
@@ -187,7 +187,7 @@ def test_the_chunk_pool_stays_bounded_over_many_laps():
 def test_messages_apply_once_in_order_and_bad_ones_change_nothing():
     rng = np.random.default_rng(3)
     obs_shape = (4, 5, 5)
-    spec, store = make(100, obs_shape, "uint8", 4)
+    _spec, store = make(100, obs_shape, "uint8", 4)
     w = ChunkWriter(7, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=5)
     msgs = []
     for obs, nxt, a, r, d, infos in stacked_steps(rng, 15, 1, 4, (1, 5, 5), "uint8", False):
@@ -208,7 +208,7 @@ def test_messages_apply_once_in_order_and_bad_ones_change_nothing():
 def test_a_snapshot_restores_an_identical_store(tmp_path):
     rng = np.random.default_rng(4)
     obs_shape = (4, 6, 6)
-    spec, store = make(30, obs_shape, "uint8", 4, "zstd3")
+    _spec, store = make(30, obs_shape, "uint8", 4, "zstd3")
     ws = [ChunkWriter(i + 1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)
           for i in range(2)]
     model: list = []
@@ -235,7 +235,7 @@ def test_a_snapshot_restores_an_identical_store(tmp_path):
 def test_a_closed_writer_frees_its_chunks_with_its_last_rows():
     rng = np.random.default_rng(5)
     obs_shape = (4, 6, 6)
-    spec, store = make(20, obs_shape, "uint8", 4)
+    _spec, store = make(20, obs_shape, "uint8", 4)
     a = ChunkWriter(1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)
     b = ChunkWriter(2, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)
     model: list = []

@@ -21,8 +21,10 @@ for DQN, QR-DQN, SAC) whose ``sample()`` is the global sampler's and whose ``add
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,7 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore import ChunkedArray, Codec, MemoryTier
+from chunkstore import ChunkedArray, ChunkRef, Codec, Tier
 from sb3_integration.distributed.service import ReplayService
 from sb3_integration.distributed.wire import SampleReply
 from sb3_integration.distributed.writer import ReplayWriter
@@ -60,6 +62,10 @@ class GlobalSampler:
         Seconds a sample may wait for the rate limiter and for data (None: forever).
     threads
         Threads of the learner-side decode.
+    prefetch
+        Ask for the next batch (same size) while the caller uses this one: it comes
+        from the service one ``sample()`` call earlier, and its rate-limiter permit is
+        counted then.
 
     Examples
     --------
@@ -69,11 +75,12 @@ class GlobalSampler:
     """
 
     def __init__(self, service: ReplayService | str, *, decode: str = DECODE_DEFAULT,
-                 timeout: float | None = None, threads: int | None = None) -> None:
+                 timeout: float | None = None, threads: int | None = None, prefetch: bool = False) -> None:
         if decode not in ("learner", "shard"):
             raise ValueError(f"decode must be 'learner' or 'shard', got {decode!r}")
         self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
-        self.decode, self.timeout, self.threads = decode, timeout, threads
+        self.decode, self.timeout, self.threads, self.prefetch = decode, timeout, threads, bool(prefetch)
+        self._pending: tuple[Any, ...] | None = None
         self.spec = self.service.config.spec
         n = self.service.n_shards
         self.sizes = np.zeros(n, np.int64)
@@ -108,20 +115,46 @@ class GlobalSampler:
         The rate limiter's permit and the shards' replies are asked for at once (reading
         a shard changes nothing); replies that arrive before the permit was granted are
         used only if the permit then comes at once, otherwise the batch is fetched again
-        after it, so a batch never predates its permit by more than a round trip.
+        after it, so a batch never predates its permit by more than a round trip. With
+        ``prefetch``, the next batch of the same size is asked for before this one
+        returns (its permit too).
         """
+        pending, self._pending = self._pending, None
+        if pending is None or pending[0] != n:
+            pending = (n, *self._start(n, rng))
+        batch = self._finish(*pending, rng)
+        if self.prefetch:
+            self._pending = (n, *self._start(n, rng))
+        return batch
+
+    def _start(self, n: int, rng: Any) -> tuple[Any, Any]:
+        """Ask for the permit and, if any shard is known to hold data, for the replies."""
+        permit = self.service.coordinator.acquire_sample.remote(n, self.timeout)
+        if not self.sizes.sum():  # nothing seen yet: the permit first (it waits for min_size)
+            return permit, None
+        return permit, self._submit(self._split(n, rng, None), rng)
+
+    def _finish(self, n: int, permit: Any, asked: Any, rng: Any) -> dict[str, np.ndarray]:
         import ray
 
-        permit = self.service.coordinator.acquire_sample.remote(n, self.timeout)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        if not self.sizes.sum():  # nothing seen yet: the permit first (it waits for min_size)
+        replies: list[SampleReply] = []
+        if asked is not None:
+            replies, left = self._collect(asked)
+            granted, _ = ray.wait([permit], timeout=0)
             self._await_permit(permit)
-            return self._join(self._draw(n, rng, deadline))
-        replies = self._draw(n, rng, deadline)
-        granted, _ = ray.wait([permit], timeout=0)
-        self._await_permit(permit)
-        if not granted:  # the limiter held the batch back: sample what is there now
-            replies = self._draw(n, rng, deadline)
+            if not granted:  # the limiter held the batch back: sample what is there now
+                replies, left = [], n
+        else:
+            self._await_permit(permit)
+            left = n
+        for _ in range(len(self.sizes) + 1):  # each round loses at least one failing shard
+            if left == 0:
+                break
+            got, left = self._collect(self._submit(self._split(left, rng, deadline), rng))
+            replies += got
+        if left:
+            raise RuntimeError(f"replay service {self.service.name!r}: no shard could serve {left} samples")
         return self._join(replies)
 
     def _await_permit(self, permit: Any) -> None:
@@ -133,19 +166,6 @@ class GlobalSampler:
             ray.get(permit)
         except (RateLimiterTimeout, LimiterClosed) as e:  # Ray's wrapper is also the cause's type
             raise type(e)(str(e).splitlines()[-1]) from None
-
-    def _draw(self, n: int, rng: Any, deadline: float | None) -> list[SampleReply]:
-        replies: list[SampleReply] = []
-        left = n
-        for _ in range(len(self.sizes) + 1):  # each round loses at least one failing shard
-            if left == 0:
-                break
-            got = self._fetch(self._split(left, rng, deadline), rng)
-            replies += got
-            left -= sum(r.n for r in got)
-        if left:
-            raise RuntimeError(f"replay service {self.service.name!r}: no shard could serve {left} samples")
-        return replies
 
     def _split(self, n: int, rng: Any, deadline: float | None) -> np.ndarray:
         sizes = np.where(np.isin(np.arange(len(self.sizes)), list(self._down)), 0, self.sizes)
@@ -160,28 +180,32 @@ class GlobalSampler:
             delay = min(1.0, 2 * delay)
         return rng.multinomial(n, sizes / sizes.sum())
 
-    def _fetch(self, counts: np.ndarray, rng: Any) -> list[SampleReply]:
-        import ray
-
+    def _submit(self, counts: np.ndarray, rng: Any) -> list[tuple[int, int, Any]]:
+        """One sample call per shard with a nonzero count: ``(shard, count, ref)``."""
         want = [(i, int(c)) for i, c in enumerate(counts) if c]
         seeds = rng.randint(0, 2**31 - 1, size=len(want)) if hasattr(rng, "randint") else \
             rng.integers(0, 2**31 - 1, size=len(want))
-        refs = [self.service.shard(i).sample.remote(c, int(s), self.decode == "shard")
+        return [(i, c, self.service.shard(i).sample.remote(c, int(s), self.decode == "shard"))
                 for (i, c), s in zip(want, seeds, strict=True)]
-        out = []
-        for (i, _), ref in zip(want, refs, strict=True):
+
+    def _collect(self, asked: list[tuple[int, int, Any]]) -> tuple[list[SampleReply], int]:
+        """The replies that came, and how many samples the failed shards owe."""
+        import ray
+
+        out, left = [], 0
+        for i, c, ref in asked:
             try:
                 reply = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 self._mark_down(i)
                 self.sizes[i] = 0
+                left += c
                 continue
-            if i in self._down:
-                self._down.discard(i)
+            self._down.discard(i)
             self.sizes[i] = reply.size
             self.bytes_received += reply.nbytes
             out.append(reply)
-        return out
+        return out, left
 
     def _join(self, replies: list[SampleReply]) -> dict[str, np.ndarray]:
         def cat(name: str) -> np.ndarray:
@@ -203,24 +227,20 @@ class GlobalSampler:
         return self._codec[1]
 
     def _decode_all(self, replies: list[SampleReply]) -> tuple[np.ndarray, np.ndarray]:
-        """Every reply's chunks installed in bulk in one chunk array, read with one native call."""
+        """Every reply's chunks, in place, as one chunk array read with one native call."""
         if self._layout is None:
             self._layout = self.service.layout()
         lay, spec, L = self._layout, self.spec, self.spec.chunk_len
         codec = self._codec_for(max(r.codec_version for r in replies))
-        nchunks = sum(len(r.chunk_nbytes) for r in replies)  # type: ignore[arg-type]
-        tier = MemoryTier(segment_bytes=max(1 << 16, sum(len(r.chunk_data) for r in replies)))
-        refs = np.empty((3, nchunks), np.int64)
-        c = 0
-        for r in replies:  # one tier put per chunk, one bulk install: no per-chunk array bookkeeping
-            data, ends = memoryview(r.chunk_data), np.cumsum(r.chunk_nbytes, dtype=np.int64)
-            for a, b in zip((ends - r.chunk_nbytes).tolist(), ends.tolist(), strict=True):
-                refs[:, c] = tier.put(data[a:b])
-                c += 1
+        sizes = np.concatenate([r.chunk_nbytes for r in replies]).astype(np.int64)  # type: ignore[misc]
+        nchunks = len(sizes)
+        data = replies[0].chunk_data if len(replies) == 1 else b"".join(r.chunk_data for r in replies)
+        tier = _ReplyTier(np.frombuffer(data, np.uint8) if data else np.zeros(1, np.uint8))
         arr = ChunkedArray(max(1, nchunks) * L, lay.frame_shape, spec.obs_dtype, chunk_len=L, codec=codec,
                            tier=tier, threads=self.threads, name="batch", max_open=1)
-        if nchunks:
-            arr.adopt_chunks(np.arange(nchunks), refs)
+        if nchunks:  # the chunks stay where Ray put them: one table install, no copy
+            arr.adopt_chunks(np.arange(nchunks), np.stack([np.zeros(nchunks, np.int64),
+                                                           np.cumsum(sizes) - sizes, sizes]))
         obs_ids, next_ids, base = [], [], 0
         for r in replies:
             assert r.chunk_nbytes is not None and r.frame_ids is not None
@@ -233,6 +253,41 @@ class GlobalSampler:
         out = np.empty((2 * n, *spec.obs_shape), spec.obs_dtype)
         arr.take_into(np.concatenate(obs_ids + next_ids), lay.split(out))
         return out[:n], out[n:]
+
+
+class _ReplyTier(Tier):
+    """The compressed chunks of sample replies, read where they are: one read-only segment.
+
+    A batch's chunk array adopts its chunks from here (``adopt_chunks``) and only reads
+    them; nothing is put or released.
+    """
+
+    kind = "reply"
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+        self._addr = np.array([[data.ctypes.data], [-1]], np.int64)
+
+    def put(self, data: Any) -> ChunkRef:
+        raise TypeError("a reply's chunks are read-only")
+
+    def get(self, ref: ChunkRef) -> np.ndarray:
+        return self.data[ref.offset:ref.offset + ref.nbytes]
+
+    def release(self, ref: ChunkRef) -> None:
+        pass
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @property
+    def used_nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @contextlib.contextmanager
+    def host_segments(self) -> Iterator[np.ndarray]:
+        yield self._addr
 
 
 class DistributedReplayBuffer(ReplayBuffer):
@@ -250,6 +305,8 @@ class DistributedReplayBuffer(ReplayBuffer):
         Where observations are decoded (``"learner"`` or ``"shard"``).
     timeout
         Seconds ``sample()`` and ``add()`` may wait for the rate limiter (None: forever).
+    threads, prefetch
+        As for :class:`GlobalSampler`.
     flush_every
         Steps per message of the buffer's own writer (used only if ``add()`` is called).
 
@@ -263,13 +320,13 @@ class DistributedReplayBuffer(ReplayBuffer):
                  device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
                  handle_timeout_termination: bool = True, *, service: ReplayService | str,
                  decode: str = DECODE_DEFAULT, timeout: float | None = None, threads: int | None = None,
-                 flush_every: int = 256) -> None:
+                 prefetch: bool = False, flush_every: int = 256) -> None:
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
         if optimize_memory_usage:
             raise ValueError("DistributedReplayBuffer does not take optimize_memory_usage (frames are stored once)")
         self.optimize_memory_usage = False
         self.handle_timeout_termination = handle_timeout_termination
-        self.sampler = GlobalSampler(service, decode=decode, timeout=timeout, threads=threads)
+        self.sampler = GlobalSampler(service, decode=decode, timeout=timeout, threads=threads, prefetch=prefetch)
         self.service = self.sampler.service
         spec = self.service.config.spec
         if tuple(spec.obs_shape) != tuple(self.obs_shape) or spec.action_shape != (self.action_dim,):  # type: ignore[arg-type]

@@ -330,17 +330,25 @@ class ReplayWriter:
             self._agree_layout()
         msg = self._unsent or self.chunks.drain()
         if msg is not None:
-            self._unsent = msg
-            self._wait_inflight()
-            version, codec = self.service.acquire_insert(msg.n_rows, self.timeout, self.chunks.codec_version)
-            self._unsent = None
-            if codec is not None:
-                self.chunks.set_codec(codec, version)
-            self._retain(msg)
-            self._inflight = (self._shard.insert.remote(msg), msg.seq)
-            self._offer_dictionary()
+            self.send(msg)
         if wait:
             self._wait_inflight()
+
+    def send(self, msg: InsertMessage) -> None:
+        """Send one message this writer's :attr:`chunks` drained (``flush()`` does it for you).
+
+        Waits for the previous message's acknowledgement and for the rate limiter, then
+        sends without waiting: one message is in flight while the next is built.
+        """
+        self._unsent = msg
+        self._wait_inflight()
+        version, codec = self.service.acquire_insert(msg.n_rows, self.timeout, self.chunks.codec_version)
+        self._unsent = None
+        if codec is not None:
+            self.chunks.set_codec(codec, version)
+        self._retain(msg)
+        self._inflight = (self._shard.insert.remote(msg), msg.seq)
+        self._offer_dictionary()
 
     def _agree_layout(self) -> None:
         lay = self.chunks.fs.layout
