@@ -18,9 +18,11 @@ so that every arm runs in the steady state):
   5), stored on the shard per transition (``ShardStore.nbytes_stored``), raw (SB3's
   obs + next_obs).
 * **sampling**: sample(32) and sample(256) through ``DistributedReplayBuffer`` (the
-  SB3 class, tensors out) with decoding on the learner and on the shard, against a
-  local ``CompressedReplayBuffer`` filled with the same transitions, interleaved in
-  blocks; ratios are medians of per-block ratios.
+  SB3 class, tensors out) with decoding on the learner and on the shard, and with
+  prefetch (called back to back, and after 10 ms of compute standing in for a
+  gradient step, timing the sample call alone), against a local
+  ``CompressedReplayBuffer`` filled with the same transitions, interleaved in blocks;
+  ratios are medians of per-block ratios.
 * **TorchRL**: the same transitions through ``torchrl.data.RayReplayBuffer`` (one Ray
   actor, uncompressed ``LazyTensorStorage``): extend in batches of 256 (bytes of each
   pickled TensorDict), sample(256).
@@ -173,20 +175,40 @@ def fill_local(data: dict[str, np.ndarray], space: tuple[Any, Any], n: int) -> A
 
 
 def interleaved(arms: dict[str, Any], blocks: int, per_block: int, base: str) -> dict[str, dict[str, float]]:
-    """Median ms per call of each arm, and the median of per-block ratios to ``base``."""
+    """Median ms per call of each arm, and the median of per-block ratios to ``base``.
+
+    An arm that returns a number reports its own seconds (the part of the call to time).
+    """
     for fn in arms.values():
         for _ in range(3):
             fn()
     times: dict[str, list[float]] = {k: [] for k in arms}
     for _ in progress(range(blocks), desc="sampling blocks"):
         for k, fn in arms.items():
-            t0 = time.perf_counter()
+            t0, own = time.perf_counter(), 0.0
             for _ in range(per_block):
-                fn()
-            times[k].append((time.perf_counter() - t0) / per_block)
+                r = fn()
+                own += r if isinstance(r, float) else 0.0
+            times[k].append((own or time.perf_counter() - t0) / per_block)
     b = np.array(times[base])
     return {k: {"ms": 1e3 * float(np.median(t)), "ratio": float(np.median(np.array(t) / b))}
             for k, t in times.items()}
+
+
+def learner_work(seconds: float = 0.01) -> None:
+    """About ``seconds`` of single-threaded compute, standing in for a gradient step."""
+    a = np.ones((96, 96))
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a = a @ a * 1e-3
+
+
+def sample_after_work(buf: Any, batch: int) -> float:
+    """Seconds of ``buf.sample(batch)`` alone, called after some learner compute."""
+    learner_work()
+    t0 = time.perf_counter()
+    buf.sample(batch)
+    return time.perf_counter() - t0
 
 
 def torchrl_arm(data: dict[str, np.ndarray], n: int) -> tuple[dict[str, Any], Any]:
@@ -238,7 +260,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     n = len(data["obs"])
     space = (spaces.Box(0, 255, data["obs"].shape[2:], np.uint8), spaces.Discrete(9))
     codec = trained_codec(data)
-    start_local_ray(num_cpus=8)
+    start_local_ray(num_cpus=4)
     try:
         rows = []
         for mode in ("pre-compressed", "add()"):
@@ -261,7 +283,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         for batch in (32, 256):
             arms = {"local": lambda b=batch: local.sample(b), "service, learner decodes": lambda b=batch: learner.sample(b),
                     "service, shard decodes": lambda b=batch: shard.sample(b),
-                    "service, learner decodes, prefetch": lambda b=batch: ahead.sample(b)}
+                    "service, learner decodes, prefetch": lambda b=batch: ahead.sample(b),
+                    "service, prefetch, 10 ms of compute between samples": lambda b=batch: sample_after_work(ahead, b)}
             if rb is not None:
                 arms["TorchRL RayReplayBuffer"] = lambda b=batch: rb.sample(b)
             sampling[batch] = interleaved(arms, args.blocks, args.per_block, "local")
@@ -299,6 +322,8 @@ def summarize(rows: list[dict[str, Any]], sampling: dict[int, Any], received: di
         "sample256_shard_decode_vs_local": sampling[256]["service, shard decodes"]["ratio"],
         "sample32_vs_local": sampling[32]["service, learner decodes"]["ratio"],
         "sample256_prefetch_vs_local": sampling[256]["service, learner decodes, prefetch"]["ratio"],
+        "sample256_prefetch_with_compute_vs_local":
+            sampling[256]["service, prefetch, 10 ms of compute between samples"]["ratio"],
         "bytes_received_per_sample256": received, "ingest": rows, "sampling": samp, "checkpoint": ckpt,
         "torchrl": tl, "args": vars(args),
     }

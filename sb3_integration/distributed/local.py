@@ -26,6 +26,11 @@ def loopback_only() -> None:
 def start_local_ray(num_cpus: int | None = None, **kwargs: Any) -> Any:
     """``ray.init`` of a local instance on the loopback interface, without the dashboard.
 
+    Returns of up to 1 MiB are sent inline (Ray's ``max_direct_call_object_size``; its
+    default, 100 KiB, sends a sample reply through the object store). On a cluster
+    started with ``ray start``, pass ``--system-config='{"max_direct_call_object_size": 1048576}'``
+    to the head node for the same effect.
+
     Examples
     --------
     >>> start_local_ray(num_cpus=2)   # doctest: +SKIP
@@ -40,5 +45,8 @@ def start_local_ray(num_cpus: int | None = None, **kwargs: Any) -> Any:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p]])
 
     kwargs.setdefault("include_dashboard", False)
+    # replies up to 1 MiB travel inline with the call instead of through the object store: a
+    # sample(256) of compressed Atari chunks is ~0.3 MB (measured: 300 KB returns 2.3 ms -> 1.0 ms)
+    kwargs.setdefault("_system_config", {"max_direct_call_object_size": 1 << 20})
     kwargs.setdefault("log_to_driver", False)
     return ray.init(address="local", num_cpus=num_cpus, **kwargs)

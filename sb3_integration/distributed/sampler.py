@@ -81,6 +81,7 @@ class GlobalSampler:
         self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
         self.decode, self.timeout, self.threads, self.prefetch = decode, timeout, threads, bool(prefetch)
         self._pending: tuple[Any, ...] | None = None
+        self._unlimited = False  # a MinSize limiter that has let a sample through
         self.spec = self.service.config.spec
         n = self.service.n_shards
         self.sizes = np.zeros(n, np.int64)
@@ -117,7 +118,9 @@ class GlobalSampler:
         used only if the permit then comes at once, otherwise the batch is fetched again
         after it, so a batch never predates its permit by more than a round trip. With
         ``prefetch``, the next batch of the same size is asked for before this one
-        returns (its permit too).
+        returns (its permit too). Under a MinSize limiter (no ratio) the sampler stops
+        asking once a sample was allowed, since nothing can block it again; the
+        limiter's ``samples`` count then stays where it was.
         """
         pending, self._pending = self._pending, None
         if pending is None or pending[0] != n:
@@ -129,7 +132,8 @@ class GlobalSampler:
 
     def _start(self, n: int, rng: Any) -> tuple[Any, Any]:
         """Ask for the permit and, if any shard is known to hold data, for the replies."""
-        permit = self.service.coordinator.acquire_sample.remote(n, self.timeout)
+        # a MinSize limiter never blocks again once it let one sample through: no more asking
+        permit = None if self._unlimited else self.service.coordinator.acquire_sample.remote(n, self.timeout)
         if not self.sizes.sum():  # nothing seen yet: the permit first (it waits for min_size)
             return permit, None
         return permit, self._submit(self._split(n, rng, None), rng)
@@ -141,7 +145,7 @@ class GlobalSampler:
         replies: list[SampleReply] = []
         if asked is not None:
             replies, left = self._collect(asked)
-            granted, _ = ray.wait([permit], timeout=0)
+            granted = permit is None or bool(ray.wait([permit], timeout=0)[0])
             self._await_permit(permit)
             if not granted:  # the limiter held the batch back: sample what is there now
                 replies, left = [], n
@@ -162,10 +166,13 @@ class GlobalSampler:
 
         from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterTimeout
 
+        if permit is None:
+            return
         try:
             ray.get(permit)
         except (RateLimiterTimeout, LimiterClosed) as e:  # Ray's wrapper is also the cause's type
             raise type(e)(str(e).splitlines()[-1]) from None
+        self._unlimited = self.service.config.limiter["kind"] == "min_size"
 
     def _split(self, n: int, rng: Any, deadline: float | None) -> np.ndarray:
         sizes = np.where(np.isin(np.arange(len(self.sizes)), list(self._down)), 0, self.sizes)
@@ -354,7 +361,12 @@ class DistributedReplayBuffer(ReplayBuffer):
         dones = b["dones"] * (1 - b["timeouts"]) if self.handle_timeout_termination else b["dones"]
         data = (self._normalize_obs(b["obs"], env), b["actions"], self._normalize_obs(b["next_obs"], env),
                 dones.reshape(-1, 1), self._normalize_reward(b["rewards"].reshape(-1, 1), env))
-        return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
+        return ReplayBufferSamples(*tuple(map(self._tensor, data)))
+
+    def _tensor(self, array: np.ndarray) -> th.Tensor:
+        # arrays this call made (decoded batches, SB3's arithmetic) are handed over without a
+        # copy; read-only ones (Ray's zero-copy views of a shard's reply) are copied
+        return th.as_tensor(array, device=self.device) if array.flags.writeable else self.to_torch(array)
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> ReplayBufferSamples:
         raise NotImplementedError("DistributedReplayBuffer samples through the service: call sample()")

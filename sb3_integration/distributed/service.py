@@ -118,7 +118,13 @@ class Coordinator:
                     "layout": self.layout, "spec": self.config.spec, "axis_order": self.config.axis_order}
 
     def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None]:
-        self.limiter.acquire_insert(n, timeout)
+        """Permits for ``n`` inserts, in pieces of at most ``max_insert_batch`` (as Reverb admits
+        items one by one: a message larger than the band can still go in, piece by piece)."""
+        step = self.limiter.max_insert_batch
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for a in range(0, n, step):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self.limiter.acquire_insert(min(step, n - a), left)
         version = max(self.codecs)
         return version, (self.codecs[version] if version > have else None)
 
@@ -376,17 +382,9 @@ class ReplayService:
         return self._call("register_writer")
 
     def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None]:
-        """Permits for ``n`` inserts, asked in pieces of at most ``max_insert_batch`` (as Reverb
-        admits items one by one); returns the newest codec version and, if newer than
-        ``have``, its codec."""
-        step = int(self.config.limiter["max_insert_batch"])
-        deadline = None if timeout is None else time.monotonic() + timeout
-        version, codec = have, None
-        for a in range(0, max(int(n), 1), step):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            version, new = self._call("acquire_insert", min(step, int(n) - a), left, version)
-            codec = new if new is not None else codec
-        return version, codec
+        """Permits for ``n`` inserts (one call); the newest codec version, and its codec if newer
+        than ``have``."""
+        return self._call("acquire_insert", n, timeout, have)
 
     def acquire_sample(self, m: int, timeout: float | None) -> int:
         return self._call("acquire_sample", m, timeout)
