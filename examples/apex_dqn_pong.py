@@ -196,8 +196,10 @@ def report(service: Any, model: Any, learned: dict[str, Any], stats: list[dict[s
     returns = [r for s in stats for r in s["returns"]]
     lim = service.limiter_state()
     print(f"transitions inserted: {inserted:,} of {steps:,} env steps; in the shards: {[i['size'] for i in info]}")
+    chunks = sum(i["chunk_bytes"] for i in info)
     print(f"bytes per transition: raw (SB3 obs + next_obs) {raw:,}, on the wire {wire / max(inserted, 1):,.0f}, "
-          f"stored {stored / max(inserted, 1):,.0f}")
+          f"compressed frames stored {chunks / max(inserted, 1):,.0f} (the shards allocate "
+          f"{stored / 1e6:,.1f} MB in all for a capacity of {service.config.spec.capacity * len(info):,})")
     print(f"learner: {learned['updates']:,} updates in {learned['seconds']:.0f} s; samples drawn "
           f"{int(lim['samples']):,} (samples per insert {lim['samples'] / max(lim['inserts'], 1):.2f}, "
           f"target {lim['samples_per_insert']})")

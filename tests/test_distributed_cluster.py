@@ -4,6 +4,7 @@ Shard 1 lives on the second node (soft node affinity), with checkpoints and one
 restart allowed. When that node is removed, sampling goes on from shard 0 with one
 warning; Ray restarts shard 1 on the head node, it loads its checkpoint, its writer
 sends again what the checkpoint lacks, and every transition is back exactly once.
+A cluster of its own costs ~15 s, so this runs with the slow tests.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sb3_integration.distributed.local import loopback_only
 from sb3_integration.distributed.sampler import ShardUnavailableWarning
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
 
 OBS = spaces.Box(0, 255, (4, 8, 8), np.uint8)
 ACT = spaces.Discrete(4)

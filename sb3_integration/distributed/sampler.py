@@ -349,9 +349,8 @@ class DistributedReplayBuffer(ReplayBuffer):
         self.writer.add(obs, next_obs, action, reward, done, infos)
 
     def size(self) -> int:
-        """Transitions the service holds (as of the last sample, or asked now)."""
-        sizes = self.sampler.sizes
-        return int((sizes if sizes.sum() else self.sampler.refresh_sizes()).sum())
+        """Transitions the service holds now (one call to every shard, in parallel)."""
+        return int(self.sampler.refresh_sizes().sum())
 
     def reset(self) -> None:
         raise NotImplementedError("a replay service is not reset from one learner; close it and create another")

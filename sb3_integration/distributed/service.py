@@ -215,6 +215,7 @@ class Shard:
         st = self.store
         return {"shard": self.index, "epoch": self.epoch, "size": st.size(), "inserted": st.inserted,
                 "nbytes_stored": st.nbytes_stored, "codec_version": st.codec_version,
+                "chunk_bytes": st.frames.cbytes if st.frames is not None else 0,
                 "restored": self.restored, "applied": dict(st.applied), "durable": dict(self.durable),
                 "streams": len(st.streams), "pid": os.getpid(), "last_checkpoint": dict(self.last_checkpoint),
                 "node": _node_id()}
