@@ -271,6 +271,10 @@ def test_a_service_is_found_by_name_and_bad_input_fails_at_the_call():
             service(n_shards=1, capacity=10, min_size=11)
         with pytest.raises(ValueError, match="stores observations"):
             DistributedReplayBuffer(10, spaces.Box(0, 255, (4, 8, 7), np.uint8), ACT, service=svc.name)
+        import pickle
+
+        with pytest.raises(TypeError, match="checkpoint the service"):
+            pickle.dumps(DistributedReplayBuffer(10, OBS, ACT, service=svc.name))
         w.close()
     finally:
         svc.close()

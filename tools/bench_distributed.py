@@ -196,11 +196,15 @@ def interleaved(arms: dict[str, Any], blocks: int, per_block: int, base: str) ->
 
 
 def learner_work(seconds: float = 0.01) -> None:
-    """About ``seconds`` of single-threaded compute, standing in for a gradient step."""
-    a = np.ones((96, 96))
+    """About ``seconds`` of compute on one core (torch, GIL released), standing in for a gradient
+    step of a learner that leaves the other core to the service (as the Ape-X example does)."""
+    import torch
+
+    torch.set_num_threads(1)
+    a = torch.ones(128, 128)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        a = a @ a * 1e-3
+        a = (a @ a) * 1e-3
 
 
 def sample_after_work(buf: Any, batch: int) -> float:

@@ -370,6 +370,10 @@ class DistributedReplayBuffer(ReplayBuffer):
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> ReplayBufferSamples:
         raise NotImplementedError("DistributedReplayBuffer samples through the service: call sample()")
 
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a DistributedReplayBuffer is a handle on a replay service and is not pickled "
+                        "(save_replay_buffer): checkpoint the service instead (ReplayService.checkpoint)")
+
     def close(self) -> None:
         """Send what this buffer's writer staged (the service stays up)."""
         if self.writer is not None:
