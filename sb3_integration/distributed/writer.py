@@ -326,7 +326,7 @@ class ReplayWriter:
         limiter holds the message longer than ``timeout``; the message stays staged
         and goes first at the next flush.
         """
-        if self.chunks.seq == 0 and self.chunks.pending and self.chunks.fs.layout is not None:
+        if self.chunks.seq == 0 and self.chunks.pending and self._unsent is None:
             self._agree_layout()
         msg = self._unsent or self.chunks.drain()
         if msg is not None:
@@ -351,10 +351,12 @@ class ReplayWriter:
         self._offer_dictionary()
 
     def _agree_layout(self) -> None:
-        lay = self.chunks.fs.layout
-        assert lay is not None
-        agreed = self.service.offer_layout(lay)
-        if agreed != lay:
+        """Before the first message: use the service's layout, or offer ours (first one wins)."""
+        fs = self.chunks.fs
+        agreed = self.service.layout() if fs.layout is None else self.service.offer_layout(fs.layout)
+        if agreed is None:  # nobody has decided: decide ours now (whole observations if undetected)
+            agreed = self.service.offer_layout(fs.ensure_layout())
+        if agreed != fs.layout:
             self.chunks.relayout(agreed)
 
     def _offer_dictionary(self) -> None:
