@@ -18,30 +18,67 @@ Where each buffer lives: :mod:`sb3_integration.replay` (``CompressedReplayBuffer
 ``GpuRolloutBuffer``).
 """
 
-from sb3_integration._common import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
-from sb3_integration.compat import (
-    CompressedArray,
-    DummyCls,
-    GpuReplayBuffer,
-    GpuRolloutBuffer,
-    find_buffer_dtypes,
-    find_gpu_buffer_dtypes,
-    find_smallest_dtype,
-    has_igzip,
-    has_numba,
-    init_jit,
-    numpy_dtype_to_torch,
-)
-from sb3_integration.convert import from_sb3_extra_buffers, load_replay_buffer
-from sb3_integration.extra_buffers import CodecFallbackWarning
-from sb3_integration.frames import FrameStore, StackLayout
-from sb3_integration.her import CompressedHerReplayBuffer
-from sb3_integration.replay import (
-    CompressedDictReplayBuffer,
-    CompressedNStepReplayBuffer,
-    CompressedReplayBuffer,
-)
-from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: where each name lives; names load on first use (PEP 562), so a process that needs only part
+#: of the package (a replay service's shard or writer, sb3_integration.distributed) does not
+#: import torch and SB3 for it
+_EXPORTS = {
+    "DEFAULT_CHUNK_LEN": "_common", "DEFAULT_COMPRESSION": "_common",
+    "CompressedReplayBuffer": "replay", "CompressedDictReplayBuffer": "replay",
+    "CompressedNStepReplayBuffer": "replay", "CompressedHerReplayBuffer": "her",
+    "CompressedRolloutBuffer": "rollout", "CompressedDictRolloutBuffer": "rollout",
+    "CodecFallbackWarning": "extra_buffers",
+    **dict.fromkeys([
+        "CompressedArray", "DummyCls", "GpuReplayBuffer", "GpuRolloutBuffer", "find_buffer_dtypes",
+        "find_gpu_buffer_dtypes", "find_smallest_dtype", "has_igzip", "has_numba", "init_jit",
+        "numpy_dtype_to_torch"], "compat"),
+    "from_sb3_extra_buffers": "convert", "load_replay_buffer": "convert",
+    "FrameStore": "frames", "StackLayout": "frames",
+}
+
+if TYPE_CHECKING:  # what the names are, for type checkers and readers
+    from sb3_integration._common import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
+    from sb3_integration.compat import (
+        CompressedArray,
+        DummyCls,
+        GpuReplayBuffer,
+        GpuRolloutBuffer,
+        find_buffer_dtypes,
+        find_gpu_buffer_dtypes,
+        find_smallest_dtype,
+        has_igzip,
+        has_numba,
+        init_jit,
+        numpy_dtype_to_torch,
+    )
+    from sb3_integration.convert import from_sb3_extra_buffers, load_replay_buffer
+    from sb3_integration.extra_buffers import CodecFallbackWarning
+    from sb3_integration.frames import FrameStore, StackLayout
+    from sb3_integration.her import CompressedHerReplayBuffer
+    from sb3_integration.replay import (
+        CompressedDictReplayBuffer,
+        CompressedNStepReplayBuffer,
+        CompressedReplayBuffer,
+    )
+    from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sb3_integration' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"sb3_integration.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "DEFAULT_CHUNK_LEN",

@@ -304,6 +304,21 @@ class FrameStore:
                 scratch._put(which, row, x)
         self.__dict__.update(scratch.__dict__)  # the one step
 
+    def set_layout(self, layout: StackLayout) -> None:
+        """Use ``layout`` instead of detecting one (several stores whose chunks must fit each other).
+
+        Stacks already waiting for detection are stored under it. ValueError if a
+        different layout was already decided, or it does not fit ``obs_shape``.
+        """
+        if tuple(layout.obs_shape) != self.obs_shape:
+            raise ValueError(f"{self.name}: a layout of {layout.obs_shape} does not fit observations of "
+                             f"{self.obs_shape}")
+        with self._lock:
+            if self.layout is None:
+                self._decide(layout)
+            elif self.layout != layout:
+                raise ValueError(f"{self.name}: the layout is already {self.layout.describe()}")
+
     def ensure_layout(self) -> StackLayout:
         """Decide the layout now (whole observations if nothing stacked yet)."""
         with self._lock:
@@ -504,6 +519,20 @@ class FrameStore:
             out[far] = self._frame_ids_numpy(w[far], rows[far], envs[far], k, F)
             return out
         return self._frame_ids_numpy(which, rows, envs, k, F)
+
+    def newest_frames(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The global frame number of each stack's newest frame in its env's stream, and its padding.
+
+        Frame ``j`` of stack ``i`` is stream frame ``g[i] - (depth - 1) + j`` (zeros for
+        ``j < pad[i]``): what a writer ships to another process's store. A stack that is
+        all padding has ``pad == depth`` and no meaningful ``g``.
+        """
+        ids = self.frame_ids(which, rows, envs)
+        envs = np.asarray(envs, np.int64)
+        F, heads = self.ring_frames, self.heads[envs]
+        local = ids[:, -1] - envs * F  # position in the env's ring (an all-padding stack: meaningless)
+        g = heads - 1 - ((heads - 1 - local) % F)
+        return g, (ids < 0).sum(axis=1)
 
     def _frame_ids_numpy(self, which: Any, rows: np.ndarray, envs: np.ndarray, k: int, F: int) -> np.ndarray:
         heads = self.heads[envs]

@@ -1,0 +1,60 @@
+"""A compressed replay service on Ray: sharded, rate-limited, checkpointed.
+
+Writers (env runners in other processes or nodes) deduplicate frames and compress
+chunks locally and ship sealed chunks with small index records; shards store the bytes
+as they are; learners sample uniformly over all shards through an SB3 buffer class.
+
+* :mod:`~sb3_integration.distributed.rate_limiter` -- Reverb's MinSize / SampleToInsertRatio (no Ray)
+* :mod:`~sb3_integration.distributed.wire` -- what travels between processes
+* :mod:`~sb3_integration.distributed.shard_store` -- one shard's store (no Ray)
+* :mod:`~sb3_integration.distributed.writer` -- :class:`ChunkWriter` (no Ray), :class:`ReplayWriter`
+* :mod:`~sb3_integration.distributed.service` -- the actors and :class:`ReplayService`
+* :mod:`~sb3_integration.distributed.sampler` -- :class:`GlobalSampler`, :class:`DistributedReplayBuffer`
+* :mod:`~sb3_integration.distributed.local` -- Ray on the loopback interface
+
+Ray is imported only by the modules that need it (``pip install chunkstore[distributed]``).
+"""
+
+from __future__ import annotations
+
+from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter, RateLimiterTimeout
+from sb3_integration.distributed.shard_store import ShardStore, StoreSpec
+from sb3_integration.distributed.writer import (
+    ChunkWriter,
+    DataLossWarning,
+    ReplayWriter,
+    ShardLostError,
+)
+
+__all__ = [
+    "ChunkWriter",
+    "DataLossWarning",
+    "DistributedReplayBuffer",
+    "GlobalSampler",
+    "LimiterClosed",
+    "RateLimiter",
+    "RateLimiterTimeout",
+    "ReplayService",
+    "ReplayWriter",
+    "ShardLostError",
+    "ShardStore",
+    "ShardUnavailableWarning",
+    "StoreSpec",
+    "start_local_ray",
+]
+
+
+def __getattr__(name: str):  # the Ray-backed classes load on first use
+    if name in ("DistributedReplayBuffer", "GlobalSampler", "ShardUnavailableWarning"):
+        from sb3_integration.distributed import sampler
+
+        return getattr(sampler, name)
+    if name == "ReplayService":
+        from sb3_integration.distributed.service import ReplayService
+
+        return ReplayService
+    if name == "start_local_ray":
+        from sb3_integration.distributed.local import start_local_ray
+
+        return start_local_ray
+    raise AttributeError(name)

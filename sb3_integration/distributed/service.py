@@ -1,0 +1,466 @@
+"""The replay service on Ray: a coordinator actor and shard actors, found by name.
+
+``ReplayService.create(name, ...)`` starts
+
+* a coordinator (named ``name``): the rate limiter (Reverb's semantics, across all
+  shards), the shared codec (the first writer that trains a zstd dictionary offers
+  it; every writer and shard then uses it), the frame stack layout (first writer
+  wins), and writer registration (each writer is assigned one shard, round robin);
+* ``n_shards`` shard actors (named ``name/shard<i>``), each holding a
+  :class:`~sb3_integration.distributed.shard_store.ShardStore`. Shards never talk to
+  each other; a shard asks the coordinator only for a newer codec.
+
+Every actor lives in the Ray namespace :data:`NAMESPACE`, so any process of the cluster
+finds the service with ``ReplayService.connect(name)``; ``detached=True`` keeps it
+alive after the creating process exits (``close()`` ends it).
+
+Checkpoints. With ``checkpoint_dir``, each shard writes ``<dir>/<name>-shard<i>.h5``
+(chunkstore's atomic HDF5 format: temporary file, fsync, rename) every
+``checkpoint_every_s`` seconds and on :meth:`ReplayService.checkpoint`. Writers are
+paused only while the shard copies its tables and compressed chunk bytes in memory;
+the file is written after the pause. A shard restarted by Ray (``max_restarts``)
+reruns its constructor, which loads that file. What a checkpoint covers: every
+transition of every message the shard applied before the copy, its chunks, the
+per-writer message numbers and the codec (dictionary included). What it does not
+cover: messages applied after it (writers keep them and send them again to a
+restarted shard: nothing acknowledged is lost while the writer lives), the rate
+limiter's counts and the writer registry (held by the coordinator, which is not
+checkpointed: a coordinator restart starts them afresh), and anything of a writer
+whose process died with messages unacknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from chunkstore import Codec, get_codec
+from chunkstore.codecs import TrainableCodec
+from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter, RateLimiterTimeout
+from sb3_integration.distributed.shard_store import MissingMessagesError, ShardStore, StoreSpec
+from sb3_integration.distributed.wire import InsertAck, InsertMessage, SampleReply
+from sb3_integration.stacking import StackLayout
+
+__all__ = ["NAMESPACE", "ReplayService", "ServiceConfig"]
+
+#: the Ray namespace of every service actor
+NAMESPACE = "chunkstore"
+log = logging.getLogger("sb3_integration.distributed")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How a service was created (every actor gets a copy)."""
+
+    name: str
+    spec: StoreSpec  # per shard
+    n_shards: int
+    codec: str
+    limiter: dict[str, Any]
+    axis_order: tuple[int, ...] = (0, -1)
+    checkpoint_dir: str | None = None
+    checkpoint_every_s: float | None = None
+    max_restarts: int = 0
+    detached: bool = False
+    shard_options: list[dict[str, Any]] = field(default_factory=list)
+
+    def shard_name(self, i: int) -> str:
+        return f"{self.name}/shard{i}"
+
+    def checkpoint_path(self, i: int) -> str | None:
+        if self.checkpoint_dir is None:
+            return None
+        return os.path.join(self.checkpoint_dir, f"{self.name.replace('/', '_')}-shard{i}.h5")
+
+    def make_limiter(self) -> RateLimiter:
+        lim = dict(self.limiter)
+        if lim.pop("kind") == "ratio":
+            return RateLimiter.sample_to_insert_ratio(**lim)
+        return RateLimiter.min_size_limiter(**lim)
+
+
+def _version0(name: str) -> Codec:
+    """What chunks encoded before any dictionary are decoded with."""
+    codec = get_codec(name)
+    return codec.untrained_equivalent() if isinstance(codec, TrainableCodec) and codec.wants_training else codec
+
+
+class Coordinator:
+    """The service's rate limiter, codec, layout and writer registry (a Ray actor's body)."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.limiter = config.make_limiter()
+        self.codecs: dict[int, Codec] = {0: get_codec(config.codec)}
+        self.layout: StackLayout | None = None
+        self.writers: dict[int, int] = {}  # writer id -> shard
+        self._lock = threading.Lock()
+
+    def get_config(self) -> ServiceConfig:
+        return self.config
+
+    def register_writer(self) -> dict[str, Any]:
+        with self._lock:
+            wid = len(self.writers) + 1
+            load = np.bincount(list(self.writers.values()), minlength=self.config.n_shards)
+            shard = int(np.argmin(load))
+            self.writers[wid] = shard
+            version = max(self.codecs)
+            return {"writer": wid, "shard": shard, "codec": self.codecs[version], "codec_version": version,
+                    "layout": self.layout, "spec": self.config.spec, "axis_order": self.config.axis_order}
+
+    def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None]:
+        """Permits for ``n`` inserts, in pieces of at most ``max_insert_batch`` (as Reverb admits
+        items one by one: a message larger than the band can still go in, piece by piece)."""
+        step = self.limiter.max_insert_batch
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for a in range(0, n, step):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self.limiter.acquire_insert(min(step, n - a), left)
+        version = max(self.codecs)
+        return version, (self.codecs[version] if version > have else None)
+
+    def acquire_sample(self, m: int, timeout: float | None) -> int:
+        self.limiter.acquire_sample(m, timeout)
+        return max(self.codecs)
+
+    def offer_codec(self, codec: Codec) -> tuple[int, Codec]:
+        with self._lock:
+            if max(self.codecs) == 0:
+                self.codecs[1] = codec
+            version = max(self.codecs)
+            return version, self.codecs[version]
+
+    def codec(self, version: int | None = None) -> tuple[int, Codec]:
+        """The codec that decodes chunks of ``version`` (default: the newest)."""
+        version = max(self.codecs) if version is None else version
+        return version, (_version0(self.config.codec) if version == 0 else self.codecs[version])
+
+    def offer_layout(self, layout: StackLayout) -> StackLayout:
+        with self._lock:
+            if self.layout is None:
+                self.layout = layout
+            return self.layout
+
+    def limiter_state(self) -> dict[str, float]:
+        return self.limiter.state()
+
+    def close(self) -> None:
+        self.limiter.close()
+
+
+class Shard:
+    """One shard: a ShardStore, its checkpoints, and its restarts (a Ray actor's body)."""
+
+    def __init__(self, index: int, config: ServiceConfig) -> None:
+        self.index, self.config = index, config
+        self.epoch = uuid.uuid4().hex
+        codec = _version0(config.codec)
+        self.store = ShardStore(config.spec, codec, 0, name=config.shard_name(index))
+        self.durable: dict[int, int] = {}
+        self.path = config.checkpoint_path(index)
+        self.restored = False
+        if self.path is not None and os.path.exists(self.path):
+            self.store.restore(self.path)
+            self.durable = dict(self.store.applied)
+            self.restored = True
+            log.warning("%s restored %d transitions from %s", config.shard_name(index), self.store.size(), self.path)
+        self._ckpt_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.last_checkpoint: dict[str, float] = {}
+        if self.path is not None and config.checkpoint_every_s:
+            threading.Thread(target=self._checkpoint_loop, daemon=True, name="checkpoints").start()
+
+    def _coordinator(self) -> Any:
+        import ray
+
+        return ray.get_actor(self.config.name, namespace=NAMESPACE)
+
+    def insert(self, msg: InsertMessage) -> InsertAck:
+        if msg.codec_version > self.store.codec_version:
+            import ray
+
+            version, codec = ray.get(self._coordinator().codec.remote(msg.codec_version))
+            self.store.set_codec(codec, version)
+        with contextlib.suppress(MissingMessagesError):  # a restarted shard: the ack says where to resume
+            self.store.insert(msg)
+        return self.ack_for(msg.writer)
+
+    def ack_for(self, writer: int) -> InsertAck:
+        return InsertAck(self.index, self.epoch, self.store.applied.get(writer, 0),
+                         self.durable.get(writer, 0), self.store.size(), self.store.codec_version)
+
+    def sample(self, n: int, seed: int, decode: bool) -> SampleReply:
+        reply = self.store.sample(n, np.random.default_rng(seed), decode=decode)
+        reply.shard = self.index
+        return reply
+
+    def read(self, rows: np.ndarray, decode: bool) -> SampleReply:
+        reply = self.store.read(rows, decode=decode)
+        reply.shard = self.index
+        return reply
+
+    def size(self) -> int:
+        return self.store.size()
+
+    def info(self) -> dict[str, Any]:
+        st = self.store
+        return {"shard": self.index, "epoch": self.epoch, "size": st.size(), "inserted": st.inserted,
+                "nbytes_stored": st.nbytes_stored, "codec_version": st.codec_version,
+                "chunk_bytes": st.frames.cbytes if st.frames is not None else 0,
+                "restored": self.restored, "applied": dict(st.applied), "durable": dict(self.durable),
+                "streams": len(st.streams), "pid": os.getpid(), "last_checkpoint": dict(self.last_checkpoint),
+                "node": _node_id()}
+
+    def end_writer(self, writer: int) -> None:
+        self.store.end_writer(writer)
+
+    def checkpoint(self) -> dict[str, float]:
+        """Write the checkpoint now; returns the pause (s), the total (s) and the file size."""
+        if self.path is None:
+            raise RuntimeError(f"{self.config.shard_name(self.index)} has no checkpoint_dir")
+        with self._ckpt_lock:
+            t0 = time.perf_counter()
+            snap = self.store.snapshot()
+            applied = {int(w): int(s) for w, s in snap["applied"].tolist()}
+            paused = time.perf_counter() - t0
+            self.store.write_snapshot(self.path, snap)
+            self.durable = applied
+            self.last_checkpoint = {"pause_s": paused, "total_s": time.perf_counter() - t0,
+                                    "bytes": float(os.path.getsize(self.path)), "time": time.time()}
+            return dict(self.last_checkpoint)
+
+    def _checkpoint_loop(self) -> None:
+        period = float(self.config.checkpoint_every_s or 0)
+        while not self._stop.wait(period):
+            try:
+                self.checkpoint()
+            except Exception:  # keep serving; the next period tries again
+                log.exception("%s: checkpoint failed", self.config.shard_name(self.index))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class ReplayService:
+    """A handle on a replay service: create it, connect to it, close it (picklable).
+
+    Examples
+    --------
+    >>> svc = ReplayService.create("apex", env.observation_space, env.action_space,
+    ...                            capacity=1_000_000, n_shards=4, min_size=50_000)  # doctest: +SKIP
+    >>> svc = ReplayService.connect("apex")        # from any process of the cluster  # doctest: +SKIP
+    >>> svc.close()                                                                   # doctest: +SKIP
+    """
+
+    def __init__(self, name: str, config: ServiceConfig | None = None) -> None:
+        self.name = name
+        self._config = config
+        self._handles: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"name": self.name, "_config": self._config, "_handles": {}}
+
+    # -- creating and finding ----------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, observation_space: Any, action_space: Any, capacity: int, *,
+               n_shards: int = 1, chunk_len: int = 4, codec: str = "zstd3+dict", min_size: int = 1,
+               samples_per_insert: float | None = None, error_buffer: float | None = None,
+               max_insert_batch: int = 64, max_sample_batch: int = 1024,
+               checkpoint_dir: str | None = None, checkpoint_every_s: float | None = None,
+               max_restarts: int = 0, detached: bool = False, threads: int | None = None,
+               shard_options: list[dict[str, Any]] | None = None,
+               coordinator_options: dict[str, Any] | None = None) -> ReplayService:
+        """Start a service of ``n_shards`` shards holding ``capacity`` transitions in all.
+
+        ``min_size`` alone: sampling waits for that many inserted transitions.
+        ``samples_per_insert`` with ``error_buffer``: Reverb's SampleToInsertRatio
+        (bands that could deadlock batches of ``max_insert_batch`` / ``max_sample_batch``
+        are refused; writers ask for their messages' permits in pieces of
+        ``max_insert_batch``, a learner's batch may not exceed ``max_sample_batch``).
+        ``shard_options[i]`` / ``coordinator_options``: extra Ray actor options
+        (placement: ``resources``, ``scheduling_strategy``). ``max_restarts``: how
+        often Ray restarts a dead shard (it reloads its checkpoint).
+        """
+        import ray
+
+        from sb3_integration._common import stack_axis_order
+
+        if int(n_shards) < 1 or int(capacity) < int(n_shards):
+            raise ValueError(f"need n_shards >= 1 and capacity >= n_shards, got {n_shards}, {capacity}")
+        if int(min_size) > int(capacity):
+            raise ValueError(f"min_size {min_size} exceeds the capacity {capacity}: sampling would never start")
+        get_codec(codec)
+        if (samples_per_insert is None) != (error_buffer is None):
+            raise ValueError("give samples_per_insert and error_buffer together (or neither)")
+        batches = {"max_insert_batch": int(max_insert_batch), "max_sample_batch": int(max_sample_batch)}
+        limiter = ({"kind": "min_size", "min_size": int(min_size), **batches} if samples_per_insert is None
+                   else {"kind": "ratio", "samples_per_insert": float(samples_per_insert),
+                         "min_size": int(min_size), "error_buffer": float(error_buffer), **batches})
+        spec = _spec(observation_space, action_space, -(-int(capacity) // int(n_shards)), chunk_len, threads)
+        config = ServiceConfig(name, spec, int(n_shards), codec, limiter, stack_axis_order(observation_space),
+                               checkpoint_dir, checkpoint_every_s, int(max_restarts), bool(detached),
+                               list(shard_options or []))
+        config.make_limiter()  # a band that can deadlock fails here, before any actor starts
+        if checkpoint_dir is not None:
+            os.makedirs(checkpoint_dir, exist_ok=True)
+        life = {"lifetime": "detached"} if detached else {}
+        coord = ray.remote(num_cpus=0, max_concurrency=256)(Coordinator).options(
+            name=name, namespace=NAMESPACE, **life, **(coordinator_options or {})).remote(config)
+        shards = []
+        for i in range(config.n_shards):
+            extra = config.shard_options[i] if i < len(config.shard_options) else {}
+            opts = {"num_cpus": 0, "max_concurrency": 16, "max_restarts": config.max_restarts,
+                    "name": config.shard_name(i), "namespace": NAMESPACE, **life, **extra}
+            shards.append(ray.remote(Shard).options(**opts).remote(i, config))
+        ray.get([coord.get_config.remote()] + [s.size.remote() for s in shards])
+        svc = cls(name, config)
+        svc._handles = {"coordinator": coord, **{config.shard_name(i): s for i, s in enumerate(shards)}}
+        return svc
+
+    @classmethod
+    def connect(cls, name: str) -> ReplayService:
+        """The running service called ``name`` (ValueError when there is none)."""
+        import ray
+
+        try:
+            coord = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            raise ValueError(f"no replay service named {name!r} in Ray namespace {NAMESPACE!r}") from None
+        svc = cls(name, ray.get(coord.get_config.remote()))
+        svc._handles["coordinator"] = coord
+        return svc
+
+    @property
+    def config(self) -> ServiceConfig:
+        if self._config is None:
+            import ray
+
+            self._config = ray.get(self.coordinator.get_config.remote())
+        return self._config
+
+    @property
+    def coordinator(self) -> Any:
+        if "coordinator" not in self._handles:
+            import ray
+
+            self._handles["coordinator"] = ray.get_actor(self.name, namespace=NAMESPACE)
+        return self._handles["coordinator"]
+
+    def shard(self, i: int) -> Any:
+        key = self.config.shard_name(i)
+        if key not in self._handles:
+            import ray
+
+            self._handles[key] = ray.get_actor(key, namespace=NAMESPACE)
+        return self._handles[key]
+
+    @property
+    def n_shards(self) -> int:
+        return self.config.n_shards
+
+    # -- the coordinator's calls -------------------------------------------------------
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+
+        try:
+            return ray.get(getattr(self.coordinator, method).remote(*args))
+        except (RateLimiterTimeout, LimiterClosed) as e:  # Ray's wrapper is also the cause's type
+            raise type(e)(str(e).splitlines()[-1]) from None
+
+    def register_writer(self) -> dict[str, Any]:
+        return self._call("register_writer")
+
+    def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None]:
+        """Permits for ``n`` inserts (one call); the newest codec version, and its codec if newer
+        than ``have``."""
+        return self._call("acquire_insert", n, timeout, have)
+
+    def acquire_sample(self, m: int, timeout: float | None) -> int:
+        return self._call("acquire_sample", m, timeout)
+
+    def offer_codec(self, codec: Codec) -> tuple[int, Codec]:
+        return self._call("offer_codec", codec)
+
+    def codec(self, version: int | None = None) -> tuple[int, Codec]:
+        return self._call("codec", version)
+
+    def offer_layout(self, layout: StackLayout) -> StackLayout:
+        return self._call("offer_layout", layout)
+
+    def layout(self) -> StackLayout | None:
+        """The agreed frame stack layout (None until a writer sent frames)."""
+        return self._call("offer_layout", None)
+
+    def limiter_state(self) -> dict[str, float]:
+        return self._call("limiter_state")
+
+    # -- the shards' calls -------------------------------------------------------------
+    def sizes(self) -> list[int]:
+        import ray
+
+        return ray.get([self.shard(i).size.remote() for i in range(self.n_shards)])
+
+    def info(self) -> list[dict[str, Any]]:
+        import ray
+
+        return ray.get([self.shard(i).info.remote() for i in range(self.n_shards)])
+
+    def checkpoint(self) -> list[dict[str, float]]:
+        """Checkpoint every shard now (in parallel); each returns its pause and total seconds."""
+        import ray
+
+        return ray.get([self.shard(i).checkpoint.remote() for i in range(self.n_shards)])
+
+    def close(self) -> None:
+        """Cancel every blocked call (they raise LimiterClosed) and end the service's actors."""
+        import ray
+
+        with _suppress():
+            ray.get(self.coordinator.close.remote(), timeout=10)
+        for i in range(self.n_shards):
+            with _suppress():
+                ray.get(self.shard(i).stop.remote(), timeout=10)
+            with _suppress():
+                ray.kill(self.shard(i), no_restart=True)
+        with _suppress():
+            ray.kill(self.coordinator, no_restart=True)
+        self._handles = {}
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # outside Ray
+        return None
+
+
+def _spec(observation_space: Any, action_space: Any, capacity: int, chunk_len: int,
+          threads: int | None) -> StoreSpec:
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+    from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
+
+    if isinstance(observation_space, spaces.Dict):
+        raise TypeError("the replay service stores Box/Discrete observations; Dict spaces are not supported")
+    action_dtype = ReplayBuffer._maybe_cast_dtype(action_space.dtype)
+    return StoreSpec(capacity, tuple(get_obs_shape(observation_space)), observation_space.dtype,
+                     (get_action_dim(action_space),), action_dtype, chunk_len, threads)
+
+
+def _suppress() -> contextlib.AbstractContextManager[None]:
+    """Ignore errors of actors that are already gone while closing."""
+    return contextlib.suppress(Exception)

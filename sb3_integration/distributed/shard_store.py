@@ -1,0 +1,535 @@
+"""One shard's replay store: compressed chunks adopted from several writers, sampled uniformly.
+
+No Ray here: :mod:`~sb3_integration.distributed.service` wraps a :class:`ShardStore` in
+an actor. A shard receives :class:`~sb3_integration.distributed.wire.InsertMessage`
+objects (sealed chunks of frames plus transition records) and stores the chunk bytes
+verbatim in one :class:`~chunkstore.ChunkedArray` used as a pool of chunk slots.
+
+Streams. Each ``(writer, env)`` is a stream of frames numbered 0, 1, 2, ...; its stream
+chunk ``j`` (frames ``j * L .. j * L + L - 1``) lives in some pool slot. A stream's live
+chunks are the contiguous range ``[lo, hi)``; :class:`_Stream` maps them to slots, and
+``slot_prev[slot]`` links each chunk to the slot of its stream's previous chunk, so
+the frames of a stack (which may start in an earlier chunk) are found from the slot of
+its newest frame without a per-stream lookup at sampling time.
+
+Rows. A transition is held as ``(slot, offset, pad)`` for its observation and next
+observation stacks (the slot of the chunk holding the newest frame, that frame's row
+in the chunk, the count of leading zero frames), SB3's small values, and its stream.
+Rows form a FIFO ring of ``capacity``; overwriting a row frees the chunks of its
+stream that lie wholly before the row's first frame: a stream's stacks never move
+backwards, so no later row of that stream can use them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chunkstore import ChunkedArray, Codec
+from chunkstore import hdf5 as fmt
+from chunkstore.errors import FormatError
+from sb3_integration.distributed.wire import InsertMessage, SampleReply, row_dtype, unpack_rows
+from sb3_integration.stacking import StackLayout
+
+__all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "StoreSpec"]
+
+#: the ``format`` attribute of a shard checkpoint, and its version
+SHARD_FORMAT = "sb3_integration.distributed.shard"
+SHARD_FORMAT_VERSION = 1
+NONE = np.uint32(0xFFFFFFFF)  # a stack with no stored frame (all zeros)
+_GROWTH = 1.5
+_ROW_FIELDS = ("stream", "slot_obs", "off_obs", "pad_obs", "slot_next", "off_next", "pad_next",
+               "actions", "rewards", "dones", "timeouts")
+
+
+class MissingMessagesError(ValueError):
+    """A writer's message arrived before earlier ones (a shard restarted from an older checkpoint)."""
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """What a shard stores: capacity in transitions, observation and action geometry.
+
+    Examples
+    --------
+    >>> spec = StoreSpec(1000, (4, 84, 84), "uint8", (1,), "int64")
+    >>> spec.obs_dtype
+    dtype('uint8')
+    """
+
+    capacity: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: Any
+    action_shape: tuple[int, ...]
+    action_dtype: Any
+    chunk_len: int = 4
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+        object.__setattr__(self, "action_shape", tuple(int(d) for d in self.action_shape))
+        object.__setattr__(self, "obs_dtype", np.dtype(self.obs_dtype))
+        object.__setattr__(self, "action_dtype", np.dtype(self.action_dtype))
+        if int(self.capacity) < 1 or not 1 <= int(self.chunk_len) <= 0xFFFF:
+            raise ValueError(f"capacity must be >= 1 and chunk_len in 1..65535, got "
+                             f"{self.capacity}, {self.chunk_len}")
+
+    @property
+    def row_dtype(self) -> np.dtype:
+        return row_dtype(self.action_shape, self.action_dtype)
+
+
+class _Stream:
+    """One ``(writer, env)`` stream's live chunks ``[lo, hi)`` and their slots."""
+
+    def __init__(self, writer: int, env: int) -> None:
+        self.writer, self.env = writer, env
+        self.base = self.lo = self.hi = 0
+        self.slots = np.zeros(16, np.int64)
+        self.live_rows = 0
+        self.closed = False
+
+    def lookup(self, j: np.ndarray) -> np.ndarray:
+        """Slots of stream chunks ``j`` (all within ``[lo, hi)``)."""
+        return self.slots[np.asarray(j, np.int64) - self.base]
+
+    def append(self, slot: int) -> None:
+        if self.hi - self.base == len(self.slots):
+            live = self.slots[self.lo - self.base:self.hi - self.base]
+            grown = np.zeros(max(16, 2 * len(live)), np.int64)
+            grown[:len(live)] = live
+            self.slots, self.base = grown, self.lo
+        self.slots[self.hi - self.base] = slot
+        self.hi += 1
+
+    def pop_before(self, j: int) -> np.ndarray:
+        """Drop chunks below ``j``; returns their slots."""
+        j = min(max(j, self.lo), self.hi)
+        out = self.slots[self.lo - self.base:j - self.base].copy()
+        self.lo = j
+        return out
+
+
+class ShardStore:
+    """Transitions from several writers, frames in compressed chunks adopted verbatim.
+
+    Parameters
+    ----------
+    spec
+        Capacity and geometry (:class:`StoreSpec`).
+    codec, codec_version
+        The codec that decodes the chunks writers send, and its version in the service.
+    name
+        Shown in errors.
+
+    Examples
+    --------
+    A writer (:class:`~sb3_integration.distributed.writer.ChunkWriter`) makes the messages:
+
+    >>> store = ShardStore(StoreSpec(100, (4, 8, 8), "uint8", (1,), "int64"), get_codec("zstd3"), 0)
+    >>> for msg in writer.drain(): store.insert(msg)                  # doctest: +SKIP
+    >>> reply = store.sample(32, np.random.default_rng(0), decode=True)  # doctest: +SKIP
+    """
+
+    def __init__(self, spec: StoreSpec, codec: Codec, codec_version: int, *, name: str = "shard") -> None:
+        self.spec, self.name = spec, name
+        self.codec, self.codec_version = codec, int(codec_version)
+        self.L = int(spec.chunk_len)
+        self.capacity = int(spec.capacity)
+        self.layout: StackLayout | None = None
+        self.frames: ChunkedArray | None = None
+        self.pos, self.full, self.inserted = 0, False, 0
+        self.applied: dict[int, int] = {}
+        self.streams: list[_Stream] = []
+        self._stream_ids: dict[tuple[int, int], int] = {}
+        self._free: list[int] = []
+        self.slot_stream = np.zeros(0, np.int32)
+        self.slot_chunk = np.zeros(0, np.int64)
+        self.slot_prev = np.zeros(0, np.int64)
+        self._rows_dtype = spec.row_dtype
+        cap = self.capacity
+        self.rows: dict[str, np.ndarray] = {
+            "stream": np.full(cap, -1, np.int32),
+            "slot_obs": np.full(cap, NONE, np.uint32), "off_obs": np.zeros(cap, np.uint16),
+            "pad_obs": np.zeros(cap, np.uint8),
+            "slot_next": np.full(cap, NONE, np.uint32), "off_next": np.zeros(cap, np.uint16),
+            "pad_next": np.zeros(cap, np.uint8),
+            "actions": np.zeros((cap, *spec.action_shape), spec.action_dtype),
+            "rewards": np.zeros(cap, np.float32), "dones": np.zeros(cap, np.float32),
+            "timeouts": np.zeros(cap, np.float32),
+        }
+        self.lock = threading.RLock()
+
+    # -- sizes ---------------------------------------------------------------------
+    def size(self) -> int:
+        return self.capacity if self.full else self.pos
+
+    @property
+    def nbytes_stored(self) -> int:
+        """Compressed frames, chunk table, slot tables, stream maps and rows."""
+        total = sum(a.nbytes for a in self.rows.values())
+        total += self.slot_stream.nbytes + self.slot_chunk.nbytes + self.slot_prev.nbytes
+        total += sum(s.slots.nbytes for s in self.streams)
+        if self.frames is not None:
+            total += self.frames.cbytes + self.frames.table_nbytes
+        return total
+
+    def set_codec(self, codec: Codec, version: int) -> None:
+        """Decode with ``codec`` from now on (a newer version decodes what older ones wrote)."""
+        with self.lock:
+            if version > self.codec_version:
+                self.codec, self.codec_version = codec, int(version)
+                if self.frames is not None:
+                    self.frames.codec = codec
+
+    # -- the pool of chunk slots -----------------------------------------------------
+    def _make_frames(self, layout: StackLayout) -> None:
+        self.layout = layout
+        slots = math.ceil(1.25 * self.capacity / self.L) + 64
+        self.frames = ChunkedArray(slots * self.L, layout.frame_shape, self.spec.obs_dtype,
+                                   chunk_len=self.L, codec=self.codec, threads=self.spec.threads,
+                                   name=f"{self.name}.frames", max_open=1)
+        self._grow_tables(slots)
+
+    def _grow_tables(self, slots: int) -> None:
+        old = len(self.slot_stream)
+        self._free.extend(range(slots - 1, old - 1, -1))  # popped from the end: lowest first
+        for name, fill in (("slot_stream", -1), ("slot_chunk", -1), ("slot_prev", -1)):
+            arr = getattr(self, name)
+            grown = np.full(slots, fill, arr.dtype)
+            grown[:old] = arr
+            setattr(self, name, grown)
+
+    def _alloc(self) -> int:
+        if not self._free:
+            arr = self.frames
+            assert arr is not None
+            old = arr.nchunks_total
+            new = int(old * _GROWTH) + 1
+            keep = arr.stored_chunks()
+            arr.remap(new * self.L, keep, keep)  # only the chunk table grows
+            self._grow_tables(new)
+        return self._free.pop()
+
+    def _release(self, slots: np.ndarray) -> None:
+        arr = self.frames
+        assert arr is not None
+        for s in slots.tolist():
+            arr.discard(s * self.L, (s + 1) * self.L)
+            self.slot_stream[s], self.slot_chunk[s], self.slot_prev[s] = -1, -1, -1
+            self._free.append(s)
+
+    def _stream(self, writer: int, env: int) -> int:
+        key = (writer, env)
+        sid = self._stream_ids.get(key)
+        if sid is None:
+            sid = self._stream_ids[key] = len(self.streams)
+            self.streams.append(_Stream(writer, env))
+        return sid
+
+    # -- inserting -------------------------------------------------------------------
+    def insert(self, msg: InsertMessage) -> int:
+        """Apply ``msg`` (once); returns the writer's applied ``seq``.
+
+        Raises ValueError (and changes nothing) when the message does not fit this
+        store: another frame layout, a newer codec than this store has, chunks
+        out of order, or rows whose frames were never sent.
+        """
+        with self.lock:
+            done = self.applied.get(msg.writer, 0)
+            if msg.seq <= done:
+                return done  # re-sent after a restart: already here
+            if msg.seq != done + 1:
+                raise MissingMessagesError(f"{self.name}: writer {msg.writer} sent message {msg.seq} after "
+                                 f"{done}: messages in between are missing")
+            self._check_message(msg)
+            rows = unpack_rows(msg.rows, msg.n_rows, self._rows_dtype)
+            self._install_chunks(msg)
+            self._write_rows(msg.writer, rows)
+            self.applied[msg.writer] = msg.seq
+            return msg.seq
+
+    def _check_message(self, msg: InsertMessage) -> None:
+        axis, width, depth = msg.layout
+        layout = StackLayout(self.spec.obs_shape, axis, int(width), int(depth))
+        try:
+            layout.frame_shape  # noqa: B018 - validates the geometry
+        except Exception as e:
+            raise ValueError(f"{self.name}: bad layout {msg.layout}: {e}") from None
+        if self.layout is None:
+            if layout.axis is not None and layout.width * layout.depth != self.spec.obs_shape[layout.axis]:
+                raise ValueError(f"{self.name}: layout {msg.layout} does not tile {self.spec.obs_shape}")
+            self._make_frames(layout)
+        elif layout != self.layout:
+            raise ValueError(f"{self.name}: writer {msg.writer} stacks frames as {msg.layout}, this "
+                             f"shard as {self.layout.to_dict()}")
+        if msg.codec_version > self.codec_version:
+            raise ValueError(f"{self.name}: chunks of codec version {msg.codec_version}, this shard "
+                             f"has {self.codec_version}")
+        n = len(msg.chunk_no)
+        if not (len(msg.chunk_env) == len(msg.chunk_nbytes) == n) or int(msg.chunk_nbytes.sum()) != len(msg.chunk_data):
+            raise ValueError(f"{self.name}: the chunk table does not match the chunk bytes")
+
+    def _install_chunks(self, msg: InsertMessage) -> None:
+        arr = self.frames
+        assert arr is not None
+        data = memoryview(msg.chunk_data)
+        ends = np.cumsum(msg.chunk_nbytes.astype(np.int64))
+        starts = ends - msg.chunk_nbytes
+        for env, j, a, b in zip(msg.chunk_env.tolist(), msg.chunk_no.tolist(), starts.tolist(),
+                                ends.tolist(), strict=True):
+            sid = self._stream(msg.writer, env)
+            st = self.streams[sid]
+            if j < st.lo:
+                continue  # every row that used it is gone
+            if j > st.hi:
+                raise ValueError(f"{self.name}: writer {msg.writer} env {env} sent chunk {j}, "
+                                 f"expected at most {st.hi}")
+            if j < st.hi:
+                slot = int(st.lookup(np.array([j]))[0])
+            else:
+                slot = self._alloc()
+                self.slot_stream[slot], self.slot_chunk[slot] = sid, j
+                self.slot_prev[slot] = st.lookup(np.array([j - 1]))[0] if st.lo <= j - 1 < st.hi else -1
+                st.append(slot)
+            arr.put_chunk_bytes(slot, data[a:b])
+
+    def _locate(self, sids: np.ndarray, g: np.ndarray, pad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slot, offset) of each stack's newest frame; ValueError for frames never sent."""
+        assert self.layout is not None
+        k, L = self.layout.depth, self.L
+        slot = np.full(len(g), NONE, np.uint32)
+        off = np.zeros(len(g), np.uint16)
+        has = pad < k
+        for sid in np.unique(sids[has]).tolist():
+            st, m = self.streams[sid], has & (sids == sid)
+            newest, first = g[m] // L, (g[m] - (k - 1) + pad[m].astype(np.int64)) // L
+            if first.min() < st.lo or newest.max() >= st.hi:
+                raise ValueError(f"{self.name}: writer {st.writer} env {st.env}: rows use frames "
+                                 f"of chunks outside the stored {st.lo}..{st.hi - 1}")
+            slot[m] = st.lookup(newest)
+            off[m] = g[m] % L
+        return slot, off
+
+    def _write_rows(self, writer: int, recs: np.ndarray) -> None:
+        if len(recs) == 0:
+            return
+        k = self.layout.depth if self.layout is not None else 1
+        if int(recs["pad_obs"].max()) > k or int(recs["pad_next"].max()) > k:
+            raise ValueError(f"{self.name}: rows pad more frames than a stack of {k} has")
+        sids = np.array([self._stream(writer, e) for e in recs["env"].tolist()], np.int32)
+        so, oo = self._locate(sids, recs["g_obs"], recs["pad_obs"])
+        sn, on = self._locate(sids, recs["g_next"], recs["pad_next"])
+        cols = {"stream": sids, "slot_obs": so, "off_obs": oo, "pad_obs": recs["pad_obs"],
+                "slot_next": sn, "off_next": on, "pad_next": recs["pad_next"],
+                "actions": recs["action"], "rewards": recs["reward"], "dones": recs["done"],
+                "timeouts": recs["timeout"]}
+        for a in range(0, len(recs), self.capacity):  # a batch larger than the ring wraps it
+            b = min(len(recs), a + self.capacity)
+            at = (self.pos + np.arange(b - a)) % self.capacity
+            self._evict(at)
+            for name, values in cols.items():
+                self.rows[name][at] = values[a:b]
+            for sid, count in zip(*np.unique(sids[a:b], return_counts=True), strict=True):
+                self.streams[int(sid)].live_rows += int(count)
+            end = self.pos + b - a
+            self.full = self.full or end >= self.capacity
+            self.pos = end % self.capacity
+            self.inserted += b - a
+
+    def _evict(self, at: np.ndarray) -> None:
+        """Rows ``at`` are about to be overwritten: free the chunks no later row can use."""
+        r = self.rows
+        sids = r["stream"][at]
+        old = sids >= 0
+        if not old.any():
+            return
+        assert self.layout is not None
+        k, L = self.layout.depth, self.L
+        at, sids = at[old], sids[old]
+        slot = np.where(r["slot_obs"][at] != NONE, r["slot_obs"][at], r["slot_next"][at])
+        off = np.where(r["slot_obs"][at] != NONE, r["off_obs"][at], r["off_next"][at])
+        for sid in np.unique(sids).tolist():
+            m = sids == sid
+            st = self.streams[sid]
+            st.live_rows -= int(m.sum())
+            s = slot[m]
+            if (s != NONE).any():
+                s_ok, o_ok = s[s != NONE].astype(np.int64), off[m][s != NONE].astype(np.int64)
+                bound = int((self.slot_chunk[s_ok] * L + o_ok).max()) - (k - 1)  # first frame of the newest evicted stack
+                self._release(st.pop_before(max(bound, 0) // L))
+            if st.closed and st.live_rows == 0:
+                self._release(st.pop_before(st.hi))
+        r["stream"][at] = -1
+
+    def end_writer(self, writer: int) -> None:
+        """``writer`` sends nothing more: its streams' chunks go with their last rows."""
+        with self.lock:
+            for st in self.streams:
+                if st.writer == writer:
+                    st.closed = True
+                    if st.live_rows == 0 and self.frames is not None:
+                        self._release(st.pop_before(st.hi))
+
+    # -- reading -----------------------------------------------------------------------
+    def _stack_ids(self, slot: np.ndarray, off: np.ndarray, pad: np.ndarray) -> np.ndarray:
+        """Pool item ids ``(n, depth)`` of stacks given by their newest frame's slot; -1 = zeros."""
+        assert self.layout is not None
+        k, L = self.layout.depth, self.L
+        valid = slot != NONE
+        base = np.where(valid, slot, 0).astype(np.int64)
+        off = off.astype(np.int64)
+        ids = np.empty((len(slot), k), np.int64)
+        for j in range(k):
+            pos = off - (k - 1 - j)
+            hops = np.where(j >= pad, np.maximum(0, -(pos // L)), 0)
+            cur = base.copy()
+            for h in range(int(hops.max()) if len(hops) else 0):
+                m = hops > h
+                cur[m] = self.slot_prev[cur[m]]
+            ids[:, j] = cur * L + pos + hops * L
+        ids[(np.arange(k)[None, :] < pad[:, None]) | ~valid[:, None]] = -1
+        return ids
+
+    def frame_ids(self, rows: np.ndarray) -> np.ndarray:
+        """``(2 * n, depth)`` pool ids of rows' observation stacks, then their next observations."""
+        r = self.rows
+        return np.concatenate([self._stack_ids(r["slot_obs"][rows], r["off_obs"][rows], r["pad_obs"][rows]),
+                               self._stack_ids(r["slot_next"][rows], r["off_next"][rows], r["pad_next"][rows])])
+
+    def read(self, rows: np.ndarray, *, decode: bool) -> SampleReply:
+        """Transitions at ring positions ``rows`` (``0 <= rows < size()``)."""
+        with self.lock:
+            rows = np.asarray(rows, np.int64)
+            if len(rows) and (rows.min() < 0 or rows.max() >= self.size()):
+                raise IndexError(f"{self.name}: rows must lie in 0..{self.size() - 1}")
+            r = self.rows
+            reply = SampleReply(shard=-1, n=len(rows), size=self.size(), codec_version=self.codec_version,
+                                actions=r["actions"][rows], rewards=r["rewards"][rows],
+                                dones=r["dones"][rows], timeouts=r["timeouts"][rows], rows=rows)
+            if self.frames is None or self.layout is None:
+                if len(rows):
+                    raise IndexError(f"{self.name}: nothing stored yet")
+                return reply
+            ids = self.frame_ids(rows)
+            if decode:
+                out = np.empty((2 * len(rows), *self.spec.obs_shape), self.spec.obs_dtype)
+                self.frames.take_into(ids, self.layout.split(out))
+                reply.obs, reply.next_obs = out[:len(rows)], out[len(rows):]
+                return reply
+            return self._compressed(reply, ids)
+
+    def _compressed(self, reply: SampleReply, ids: np.ndarray) -> SampleReply:
+        assert self.frames is not None
+        L = self.L
+        used = ids[ids >= 0] // L
+        uniq = np.unique(used)
+        local = np.full(ids.shape, -1, np.int32)
+        ok = ids >= 0
+        local[ok] = (np.searchsorted(uniq, ids[ok] // L) * L + ids[ok] % L).astype(np.int32)
+        views = list(self.frames.iter_chunk_bytes(uniq))
+        reply.frame_ids = local
+        reply.chunk_nbytes = np.fromiter((v.nbytes for v in views), np.uint32, len(views))
+        reply.chunk_data = b"".join(views)
+        return reply
+
+    def sample(self, n: int, rng: np.random.Generator, *, decode: bool) -> SampleReply:
+        """``n`` transitions drawn uniformly (with replacement) from what this shard holds."""
+        with self.lock:
+            size = self.size()
+            if n and size == 0:
+                raise IndexError(f"{self.name}: cannot sample from an empty shard")
+            return self.read(rng.integers(0, size, n) if n else np.zeros(0, np.int64), decode=decode)
+
+    # -- checkpoints -------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Everything this store is, copied (under the lock: the only pause writers see)."""
+        with self.lock:
+            st = self.streams
+            snap: dict[str, Any] = {
+                "rows": {k: v.copy() for k, v in self.rows.items()},
+                "slot_stream": self.slot_stream.copy(), "slot_chunk": self.slot_chunk.copy(),
+                "slot_prev": self.slot_prev.copy(),
+                "streams": np.array([[s.writer, s.env, s.lo, s.hi, s.live_rows, s.closed] for s in st],
+                                    np.int64).reshape(-1, 6),
+                "stream_slots": np.concatenate([s.slots[s.lo - s.base:s.hi - s.base] for s in st])
+                if st else np.zeros(0, np.int64),
+                "applied": np.array(sorted(self.applied.items()), np.int64).reshape(-1, 2),
+                "attrs": {"format": SHARD_FORMAT, "format_version": SHARD_FORMAT_VERSION,
+                          "name": self.name, "capacity": self.capacity, "pos": self.pos,
+                          "full": self.full, "inserted": self.inserted,
+                          "codec_version": self.codec_version, "chunk_len": self.L,
+                          "obs_shape": list(self.spec.obs_shape), "obs_dtype": self.spec.obs_dtype.str,
+                          "action_shape": list(self.spec.action_shape),
+                          "action_dtype": self.spec.action_dtype.str,
+                          "layout": None if self.layout is None else list(
+                              (self.layout.axis, self.layout.width, self.layout.depth))},
+                "frames": None,
+            }
+            if self.frames is not None:
+                stored = self.frames.stored_chunks()
+                snap["frames"] = (self.frames.nchunks_total, stored,
+                                  [bytes(v) for v in self.frames.iter_chunk_bytes(stored)], self.frames.codec)
+            return snap
+
+    def write_snapshot(self, path: str, snap: dict[str, Any]) -> None:
+        """Write a :meth:`snapshot` to ``path`` atomically (chunkstore's HDF5 format); no lock held."""
+        arrays = {}
+        if snap["frames"] is not None:
+            nchunks, stored, blobs, codec = snap["frames"]
+            assert self.layout is not None
+            copy = ChunkedArray(nchunks * self.L, self.layout.frame_shape, self.spec.obs_dtype,
+                                chunk_len=self.L, codec=codec, name="frames")
+            for c, blob in zip(stored.tolist(), blobs, strict=True):
+                copy.put_chunk_bytes(c, blob)
+            arrays["frames"] = copy
+        extras = {f"rows/{k}": v for k, v in snap["rows"].items()}
+        extras.update({k: snap[k] for k in ("slot_stream", "slot_chunk", "slot_prev", "streams",
+                                             "stream_slots", "applied")})
+        fmt.save(path, arrays, extras, snap["attrs"], progress=False)
+
+    def restore(self, path: str) -> None:
+        """Become the checkpoint at ``path`` (FormatError when it is not one of this geometry)."""
+        with fmt.load(path, lazy=False) as saved, self.lock:
+            a, x = saved.attrs, saved.extras
+            if a.get("format") != SHARD_FORMAT or a.get("format_version") != SHARD_FORMAT_VERSION:
+                raise FormatError(f"{path} is not a shard checkpoint (format {a.get('format')!r})")
+            want = (self.capacity, self.L, list(self.spec.obs_shape), self.spec.obs_dtype.str,
+                    list(self.spec.action_shape), self.spec.action_dtype.str)
+            got = (a["capacity"], a["chunk_len"], a["obs_shape"], a["obs_dtype"], a["action_shape"],
+                   a["action_dtype"])
+            if got != want:
+                raise FormatError(f"{path}: a shard of {got}, this one is {want}")
+            for k in _ROW_FIELDS:
+                if x[f"rows/{k}"].shape != self.rows[k].shape or x[f"rows/{k}"].dtype != self.rows[k].dtype:
+                    raise FormatError(f"{path}: rows/{k} does not fit this shard")
+                self.rows[k] = x[f"rows/{k}"]
+            self.pos, self.full, self.inserted = int(a["pos"]), bool(a["full"]), int(a["inserted"])
+            self.codec_version = int(a["codec_version"])
+            self.applied = {int(w): int(s) for w, s in x["applied"].tolist()}
+            self.slot_stream, self.slot_chunk, self.slot_prev = x["slot_stream"], x["slot_chunk"], x["slot_prev"]
+            self._restore_streams(x["streams"], x["stream_slots"])
+            self._free = [int(s) for s in np.flatnonzero(self.slot_stream < 0)[::-1]]
+            if a["layout"] is not None:
+                axis, width, depth = a["layout"]
+                self.layout = StackLayout(self.spec.obs_shape, axis, int(width), int(depth))
+                self.frames = saved.arrays["frames"]
+                self.frames.max_open = 1
+                self.codec = self.frames.codec
+
+    def _restore_streams(self, table: np.ndarray, slots: np.ndarray) -> None:
+        self.streams, self._stream_ids, at = [], {}, 0
+        for writer, env, lo, hi, live, closed in table.tolist():
+            st = _Stream(writer, env)
+            st.base = st.lo = lo
+            st.hi, st.live_rows, st.closed = hi, live, bool(closed)
+            st.slots = np.zeros(max(16, hi - lo), np.int64)
+            st.slots[:hi - lo] = slots[at:at + hi - lo]
+            at += hi - lo
+            self._stream_ids[(writer, env)] = len(self.streams)
+            self.streams.append(st)
+

@@ -1,0 +1,451 @@
+"""Writers: frames deduplicated and chunks compressed where the experience is born.
+
+:class:`ChunkWriter` (no Ray) keeps a small :class:`~sb3_integration.frames.FrameStore`
+ring of the transitions not yet sent (frames kept raw: it is a staging area), and
+:meth:`ChunkWriter.drain` turns them into one
+:class:`~sb3_integration.distributed.wire.InsertMessage`: the chunks of frames each env
+wrote since the last drain, compressed with the service's codec, and one record per
+transition naming its stacks by stream frame numbers. A shard stores those bytes as
+they are.
+
+:class:`ReplayWriter` is the Ray side: it registers with a
+:class:`~sb3_integration.distributed.service.ReplayService`, asks the rate limiter
+before each message, sends messages to its shard with one call in flight (the next
+message is built while the previous one travels), trains the shared zstd dictionary
+if it is the first writer to need one, and keeps every message until a checkpoint of
+its shard covers it, so that a restarted shard gets back what it lost.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chunkstore import Codec
+from chunkstore.codecs import TrainableCodec
+from sb3_integration._common import coerce_obs
+from sb3_integration.distributed.wire import InsertAck, InsertMessage, pack_rows, row_dtype
+from sb3_integration.frames import NEXT, OBS, FrameStore
+from sb3_integration.stacking import StackLayout
+
+if TYPE_CHECKING:
+    from sb3_integration.distributed.service import ReplayService
+
+__all__ = ["ChunkWriter", "DataLossWarning", "ReplayWriter", "ShardLostError"]
+
+#: raw bytes of frames a first writer collects before training the shared dictionary
+TRAIN_BYTES = 4 << 20
+
+
+class ShardLostError(RuntimeError):
+    """A writer's shard did not come back within the writer's restart timeout."""
+
+
+class DataLossWarning(RuntimeWarning):
+    """Transitions a writer had sent were lost (a shard restarted without them)."""
+
+
+class ChunkWriter:
+    """Stage transitions of ``n_envs`` envs and drain them as compressed insert messages.
+
+    Parameters
+    ----------
+    writer_id
+        The writer's id in its service (messages carry it).
+    obs_shape, obs_dtype, action_shape, action_dtype
+        One observation and one action (per env).
+    n_envs
+        Envs added per :meth:`add` call, as in SB3.
+    chunk_len, codec, codec_version
+        Frames per chunk, and the service's codec (an untrained ``zstd3+dict`` writes
+        plain zstd until :meth:`train` gives it a dictionary).
+    layout
+        The frame stack layout to use (the service's, once known); None detects it.
+    flush_every
+        Transitions per env between messages; the staging ring holds twice that.
+
+    Examples
+    --------
+    >>> w = ChunkWriter(0, (4, 84, 84), np.uint8, (1,), np.int64, codec=get_codec("zstd3"))  # doctest: +SKIP
+    >>> w.add(obs, next_obs, action, reward, done, infos)                              # doctest: +SKIP
+    >>> msg = w.drain()          # an InsertMessage for a ShardStore                   # doctest: +SKIP
+    """
+
+    def __init__(self, writer_id: int, obs_shape: tuple[int, ...], obs_dtype: Any,
+                 action_shape: tuple[int, ...], action_dtype: Any, n_envs: int = 1, *,
+                 chunk_len: int = 4, codec: Codec, codec_version: int = 0,
+                 layout: StackLayout | None = None, axis_order: tuple[int, ...] = (0, -1),
+                 flush_every: int = 256) -> None:
+        if int(flush_every) < 1:
+            raise ValueError(f"flush_every must be >= 1, got {flush_every}")
+        self.writer_id, self.n_envs = int(writer_id), int(n_envs)
+        self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
+        self.L, self.flush_every = int(chunk_len), int(flush_every)
+        self.R = 2 * self.flush_every + self.L  # staging rows: a drain every flush_every keeps them apart
+        self.axis_order = tuple(axis_order)
+        self._rec = row_dtype(tuple(action_shape), action_dtype)
+        self.small = np.zeros((self.R, self.n_envs), self._rec)
+        self.set_codec(codec, codec_version)
+        self._new_store(layout)
+        self.seq = 0
+        self.train_samples: list[np.ndarray] | None = [] if self.wants_training else None
+        self.bytes_sent = 0
+        self.transitions_sent = 0
+
+    def _new_store(self, layout: StackLayout | None) -> None:
+        # raw frames ("none"): the ring only stages frames until their chunk is sent
+        self.fs = FrameStore(self.obs_shape, self.obs_dtype, self.R, self.n_envs, stacks_per_row=2,
+                             chunk_len=self.L, codec="none", cache=0, threads=1,
+                             axis_order=self.axis_order, name=f"writer{self.writer_id}")
+        if layout is not None and self.fs.layout is None:
+            self.fs.set_layout(layout)  # the service's layout, so every writer's chunks fit every shard
+        self.row, self.full, self.pending = 0, False, 0
+        self.sent_full = np.zeros(self.n_envs, np.int64)  # whole chunks sent, per env
+        self.sent_head = np.zeros(self.n_envs, np.int64)  # frames sent, per env
+
+    # -- codec ---------------------------------------------------------------------------
+    @property
+    def wants_training(self) -> bool:
+        return isinstance(self.codec, TrainableCodec) and self.codec.wants_training
+
+    def set_codec(self, codec: Codec, version: int) -> None:
+        """Encode with ``codec`` (version ``version`` of the service's) from the next drain on."""
+        self.codec, self.codec_version = codec, int(version)
+        trainable = isinstance(codec, TrainableCodec) and codec.wants_training
+        self._encoder = codec.untrained_equivalent() if trainable else codec  # type: ignore[attr-defined]
+        if not trainable:
+            self.train_samples = None
+
+    def train(self) -> Codec | None:
+        """A codec trained on the frames drained so far, once there are enough (else None).
+
+        Trained on the even chunks, kept only if it beats the plain codec on the odd
+        ones (as :meth:`chunkstore.ChunkedArray.train_codec` decides).
+        """
+        samples = self.train_samples
+        if samples is None or sum(s.nbytes for s in samples) < TRAIN_BYTES:
+            return None
+        self.train_samples = None
+        codec = self.codec
+        assert isinstance(codec, TrainableCodec)
+        plain = codec.untrained_equivalent()
+        new = codec.trained([f for s in samples[0::2] for f in s])
+        held = samples[1::2] or samples
+        if sum(len(new.encode(s)) for s in held) >= sum(len(plain.encode(s)) for s in held):
+            return plain
+        return new
+
+    # -- writing ---------------------------------------------------------------------------
+    def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
+            infos: list[dict[str, Any]] | None = None) -> None:
+        """One step of ``n_envs`` envs, SB3's ``ReplayBuffer.add`` arguments; ValueError on bad input."""
+        if self.pending >= self.R - self.L:
+            raise RuntimeError(f"writer {self.writer_id}: {self.pending} transitions waiting; drain() first")
+        n = self.n_envs
+        shape = (n, *self.obs_shape)
+        o = coerce_obs(obs, shape, self.obs_dtype, "obs")
+        x = coerce_obs(next_obs, shape, self.obs_dtype, "next_obs")
+        rec = np.zeros(n, self._rec)
+        try:
+            rec["action"] = np.asarray(action).reshape((n, *self._rec["action"].shape))
+            rec["reward"], rec["done"] = reward, done
+            infos = infos if infos is not None else [{} for _ in range(n)]
+            if len(infos) != n:
+                raise ValueError(f"expected {n} infos, got {len(infos)}")
+            rec["timeout"] = [info.get("TimeLimit.truncated", False) for info in infos]
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"writer {self.writer_id}: action/reward/done/infos do not fit {n} envs: {e}") from None
+        if self.full and self.row % self.L == 0:  # whole chunks of frames no staged row uses go
+            self.fs.release_before((self.row + 1) % self.R)
+        self.fs.put_row(self.row, (o, x))
+        self.small[self.row] = rec
+        self.row = (self.row + 1) % self.R
+        self.full = self.full or self.row == 0
+        self.pending += 1
+
+    @property
+    def ready(self) -> bool:
+        """``flush_every`` transitions (per env) wait to be sent."""
+        return self.pending >= self.flush_every
+
+    def relayout(self, layout: StackLayout) -> None:
+        """Restage what waits under ``layout`` (another writer's, adopted by the service first)."""
+        if self.seq:
+            raise RuntimeError(f"writer {self.writer_id}: cannot change layout after sending")
+        rows = (self.row - self.pending + np.arange(self.pending)) % self.R
+        envs = np.arange(self.n_envs)
+        stacks = [self.fs.gather([(OBS, np.full(self.n_envs, r)), (NEXT, np.full(self.n_envs, r))], envs)
+                  for r in rows.tolist()]
+        small = self.small[rows].copy()
+        self._new_store(layout)
+        for (o, x), rec in zip(stacks, small, strict=True):
+            self.fs.put_row(self.row, (o, x))
+            self.small[self.row] = rec
+            self.row += 1
+            self.pending += 1
+
+    def drain(self) -> InsertMessage | None:
+        """Everything staged since the last drain as one message (None when nothing waits)."""
+        if self.pending == 0:
+            return None
+        fs = self.fs
+        lay = fs.ensure_layout()
+        env_of, chunk_no, blobs = self._chunks()
+        rows = (self.row - self.pending + np.arange(self.pending)) % self.R
+        recs = self._records(rows)
+        self.seq += 1
+        msg = InsertMessage(
+            writer=self.writer_id, seq=self.seq, codec_version=self.codec_version,
+            layout=(lay.axis, lay.width, lay.depth), chunk_env=env_of, chunk_no=chunk_no,
+            chunk_nbytes=np.fromiter((len(b) for b in blobs), np.uint32, len(blobs)),
+            chunk_data=b"".join(blobs), n_rows=len(recs), rows=pack_rows(recs))
+        self.pending = 0
+        self.bytes_sent += msg.nbytes
+        self.transitions_sent += len(recs)
+        return msg
+
+    def _chunks(self) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+        """Every chunk with frames not sent yet, per env (a partial one again when it grew)."""
+        fs, L = self.fs, self.L
+        arr, per_env = fs.frames, fs.ring_frames // L
+        assert arr is not None
+        envs, nums = [], []
+        for e in range(self.n_envs):
+            head = int(fs.heads[e])
+            if head > self.sent_head[e]:
+                j = np.arange(self.sent_full[e], -(-head // L), dtype=np.int64)
+                envs.append(np.full(len(j), e, np.uint16))
+                nums.append(j)
+            self.sent_full[e], self.sent_head[e] = head // L, head
+        if not nums:
+            return np.zeros(0, np.uint16), np.zeros(0, np.int64), []
+        env_of, chunk_no = np.concatenate(envs), np.concatenate(nums)
+        ring = env_of.astype(np.int64) * per_env + chunk_no % per_env
+        items = (ring[:, None] * L + np.arange(L)).reshape(-1)
+        raw = arr.take(items).reshape(len(ring), L, *arr.item_shape)  # open chunks too: nothing sealed twice
+        if self.train_samples is not None:
+            self.train_samples.extend(raw.copy())
+        return env_of, chunk_no, [bytes(self._encoder.encode(c)) for c in raw]
+
+    def _records(self, rows: np.ndarray) -> np.ndarray:
+        fs, n = self.fs, self.n_envs
+        r = np.repeat(rows, n).astype(np.int64)
+        e = np.tile(np.arange(n, dtype=np.int64), len(rows))
+        recs = self.small[rows].reshape(-1).copy()
+        recs["env"] = e
+        k = fs.layout.depth if fs.layout is not None else 1
+        for which, g_name, pad_name in ((OBS, "g_obs", "pad_obs"), (NEXT, "g_next", "pad_next")):
+            g, pad = fs.newest_frames(which, r, e)
+            recs[g_name] = np.where(pad < k, g, 0)
+            recs[pad_name] = pad
+        return recs
+
+
+class ReplayWriter:
+    """Feeds a :class:`~sb3_integration.distributed.service.ReplayService` from one process.
+
+    ``add()`` takes SB3's arguments; every ``flush_every`` steps the staged
+    transitions go to this writer's shard as one message (one remote call, one
+    rate-limiter call). ``close()`` (or a ``with`` block) sends the rest and waits.
+
+    Parameters
+    ----------
+    service
+        The service, or its name.
+    n_envs
+        Envs per ``add()``.
+    flush_every
+        Steps per message.
+    timeout
+        Seconds an insert may wait for the rate limiter (None: forever).
+    restart_timeout
+        Seconds to wait for a restarted shard before :class:`ShardLostError`.
+    train
+        Train the shared dictionary if the service has none yet.
+    retain_bytes
+        Messages kept for a restarted shard (those its last checkpoint lacks), at most
+        this many bytes (oldest dropped first; none kept when the service has no
+        checkpoints). A restart that needs a dropped message is a
+        :class:`DataLossWarning` naming what was lost.
+
+    Examples
+    --------
+    >>> with ReplayWriter("apex") as writer:                        # doctest: +SKIP
+    ...     writer.add(obs, next_obs, action, reward, done, infos)
+    """
+
+    def __init__(self, service: ReplayService | str, n_envs: int = 1, *, flush_every: int = 256,
+                 timeout: float | None = None, restart_timeout: float = 60.0, train: bool = True,
+                 retain_bytes: int = 256 << 20) -> None:
+        from sb3_integration.distributed.service import ReplayService
+
+        self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
+        self.n_envs, self.flush_every = int(n_envs), int(flush_every)
+        self.timeout, self.restart_timeout, self._train = timeout, float(restart_timeout), train
+        self._inflight: Any = None
+        self._retained: deque[InsertMessage] = deque()
+        self._epoch: str | None = None
+        self._unsent: InsertMessage | None = None
+        self._retained_bytes = 0
+        # nothing to give back to a shard that restarts empty (no checkpoints)
+        self.retain_bytes = int(retain_bytes) if self.service.config.checkpoint_dir else 0
+        self.resent = 0
+        self._register()
+
+    def _register(self) -> None:
+        info = self.service.register_writer()
+        spec = info["spec"]
+        self.writer_id, self.shard_index = info["writer"], info["shard"]
+        self._shard = self.service.shard(self.shard_index)
+        self.chunks = ChunkWriter(
+            self.writer_id, spec.obs_shape, spec.obs_dtype, spec.action_shape, spec.action_dtype,
+            self.n_envs, chunk_len=spec.chunk_len, codec=info["codec"], codec_version=info["codec_version"],
+            layout=info["layout"], axis_order=info["axis_order"], flush_every=self.flush_every)
+        if not self._train:
+            self.chunks.train_samples = None
+
+    # -- SB3's add ---------------------------------------------------------------------------
+    def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
+            infos: list[dict[str, Any]] | None = None) -> None:
+        self.chunks.add(obs, next_obs, action, reward, done, infos)
+        if self.chunks.ready:
+            self.flush()
+
+    def flush(self, wait: bool = False) -> None:
+        """Send what is staged (one message); ``wait``: until the shard has it.
+
+        Raises :class:`~sb3_integration.distributed.RateLimiterTimeout` when the rate
+        limiter holds the message longer than ``timeout``; the message stays staged
+        and goes first at the next flush.
+        """
+        if self.chunks.seq == 0 and self.chunks.pending and self._unsent is None:
+            self._agree_layout()
+        msg = self._unsent or self.chunks.drain()
+        if msg is not None:
+            self.send(msg)
+        if wait:
+            self._wait_inflight()
+
+    def send(self, msg: InsertMessage) -> None:
+        """Send one message this writer's :attr:`chunks` drained (``flush()`` does it for you).
+
+        Waits for the previous message's acknowledgement and for the rate limiter, then
+        sends without waiting: one message is in flight while the next is built.
+        """
+        self._unsent = msg
+        self._wait_inflight()
+        version, codec = self.service.acquire_insert(msg.n_rows, self.timeout, self.chunks.codec_version)
+        self._unsent = None
+        if codec is not None:
+            self.chunks.set_codec(codec, version)
+        self._retain(msg)
+        self._inflight = (self._shard.insert.remote(msg), msg.seq)
+        self._offer_dictionary()
+
+    def _agree_layout(self) -> None:
+        """Before the first message: use the service's layout, or offer ours (first one wins)."""
+        fs = self.chunks.fs
+        agreed = self.service.layout() if fs.layout is None else self.service.offer_layout(fs.layout)
+        if agreed is None:  # nobody has decided: decide ours now (whole observations if undetected)
+            agreed = self.service.offer_layout(fs.ensure_layout())
+        if agreed != fs.layout:
+            self.chunks.relayout(agreed)
+
+    def _offer_dictionary(self) -> None:
+        trained = self.chunks.train() if self.chunks.wants_training else None
+        if trained is not None:
+            version, codec = self.service.offer_codec(trained)
+            self.chunks.set_codec(codec, version)
+
+    # -- acknowledgements, restarts ----------------------------------------------------------
+    def _wait_inflight(self) -> None:
+        import ray
+
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        ref, seq = inflight
+        try:
+            ack = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            ack = self._await_restart()
+        self._on_ack(ack, seq)
+
+    def _await_restart(self) -> InsertAck:
+        import ray
+
+        deadline = time.monotonic() + self.restart_timeout
+        while True:
+            try:
+                return ray.get(self._shard.ack_for.remote(self.writer_id), timeout=5)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                    ray.exceptions.GetTimeoutError) as e:
+                if time.monotonic() > deadline:
+                    raise ShardLostError(f"writer {self.writer_id}: shard {self.shard_index} did not come "
+                                         f"back within {self.restart_timeout} s") from e
+                time.sleep(0.2)
+
+    def _on_ack(self, ack: InsertAck, seq: int) -> None:
+        """The shard holds this writer's messages up to ``ack.applied``; send again what it lacks."""
+        import ray
+
+        self._epoch = ack.epoch
+        self._trim(ack.durable)
+        if ack.applied >= seq:
+            return
+        missing = [m for m in self._retained if m.seq > ack.applied]
+        if missing and missing[0].seq == ack.applied + 1:
+            for m in missing:  # what a restarted shard lost, again, in order
+                ack = ray.get(self._shard.insert.remote(m))
+            self._trim(ack.durable)
+            self.resent += len(missing)
+            if ack.applied >= missing[-1].seq:
+                return
+        lost = seq - ack.applied
+        warnings.warn(f"writer {self.writer_id}: shard {self.shard_index} holds this writer's messages only "
+                      f"up to {ack.applied} of {seq}, and the {lost} after it are no longer retained; "
+                      "they are lost, and this writer starts afresh", DataLossWarning, stacklevel=4)
+        self._retained.clear()
+        self._retained_bytes = 0
+        self._register()
+
+    def _retain(self, msg: InsertMessage) -> None:
+        """Keep ``msg`` until a checkpoint covers it, within ``retain_bytes`` (oldest go first)."""
+        self._retained.append(msg)
+        self._retained_bytes += msg.nbytes
+        while self._retained and self._retained_bytes > self.retain_bytes:
+            self._retained_bytes -= self._retained.popleft().nbytes
+
+    def _trim(self, durable: int) -> None:
+        while self._retained and self._retained[0].seq <= durable:
+            self._retained_bytes -= self._retained.popleft().nbytes  # a checkpoint covers it
+
+    # -- sizes, closing ------------------------------------------------------------------------
+    @property
+    def wire_bytes(self) -> int:
+        """Payload bytes sent so far (chunks, rows, chunk tables)."""
+        return self.chunks.bytes_sent
+
+    @property
+    def transitions_sent(self) -> int:
+        return self.chunks.transitions_sent
+
+    def close(self) -> None:
+        """Send what is staged, wait for it, and tell the shard this writer is done."""
+        if self._shard is None:
+            return
+        self.flush(wait=True)
+        import ray
+
+        ray.get(self._shard.end_writer.remote(self.writer_id))
+        self._shard = None
+
+    def __enter__(self) -> ReplayWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
