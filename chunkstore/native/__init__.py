@@ -222,7 +222,8 @@ def gather(
         k.gather_all(ids, dst_off, p, seg, off, clen, _plain(segs), open_chunks, open_addr, _scratch(nat, need),
                      _cbuf(nat, max_chunk_bytes), status)
         return GatherResult(int(status[0]), int(status[1]), int(status[2]))
-    order, starts = k.plan_groups(ids, chunk_len)
+    order, starts = np.empty(ids.size, np.int64), np.empty(ids.size + 1, np.int64)
+    starts = starts[: k.plan_groups(ids, chunk_len, order, starts) + 1]
     nthreads = max(1, min(int(threads), len(starts) - 1))  # no more parts than distinct chunks
     bounds = _split(starts, nthreads)
 

@@ -131,24 +131,26 @@ def _zero_item(dst, nruns, run, stride):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def plan_groups(ids, chunk_len):  # type: ignore[no-untyped-def]
-    """Order the requests by chunk: ``(order, starts)``, group ``g`` is ``order[starts[g]:starts[g+1]]``.
+def plan_groups(ids, chunk_len, order, starts):  # type: ignore[no-untyped-def]
+    """Order the requests by chunk into ``order`` (n) and ``starts`` (n + 1); return the group count.
 
-    Requests for item -1 (zeros) form their own group, first.
+    Group ``g`` is ``order[starts[g]:starts[g+1]]``; requests for item -1 (zeros) form their
+    own group, first. The outputs are the caller's: a kernel that returned arrays it
+    allocated would turn a Ctrl-C landing in its call into a SystemError (and, with
+    another thread in numba, freed memory) in numba's dispatcher.
     """
     n = ids.size
     keys = np.empty(n, np.int64)
     for i in range(n):
         keys[i] = ids[i] // chunk_len if ids[i] >= 0 else -1
-    order = np.argsort(keys)
-    starts = np.empty(n + 1, np.int64)
+    order[:] = np.argsort(keys)
     ng = 0
     for t in range(n):
         if t == 0 or keys[order[t]] != keys[order[t - 1]]:
             starts[ng] = t
             ng += 1
     starts[ng] = n
-    return order, starts[: ng + 1]
+    return ng
 
 
 @njit(nogil=True, cache=True)
@@ -223,6 +225,8 @@ def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
 def gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, scratch, cbuf,
                status):  # type: ignore[no-untyped-def]
     """:func:`plan_groups` then :func:`gather_groups` over every group: a whole read on one thread."""
-    order, starts = plan_groups(ids, p[CHUNK_LEN])
-    gather_groups(ids, dst_off, order, starts, 0, starts.size - 1, p, seg, off, clen, segs,
+    order = np.empty(ids.size, np.int64)
+    starts = np.empty(ids.size + 1, np.int64)
+    ng = plan_groups(ids, p[CHUNK_LEN], order, starts)
+    gather_groups(ids, dst_off, order, starts, 0, ng, p, seg, off, clen, segs,
                   open_chunks, open_addr, scratch, cbuf, status)
