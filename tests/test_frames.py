@@ -234,3 +234,26 @@ def test_coerce_obs_policy():
         coerce_obs(x.T, (2, 3), u8, "obs")
     with pytest.raises(ValueError):
         lossless_cast(np.array([2**40 + 1]), np.dtype(np.float32), "obs")
+
+
+# -- the frame-store contract shipped in sb3_integration.testing ---------------------------------
+from sb3_integration.testing import FrameStoreTests  # noqa: E402
+
+
+class TestFrameStoreContract(FrameStoreTests):
+    def make_store(self, obs_shape, dtype, n_rows, n_envs, **kw):
+        return FrameStore(obs_shape, dtype, n_rows, n_envs, chunk_len=4, codec="zstd3", **kw)
+
+
+class TestFrameStoreContractOnDisk(FrameStoreTests):
+    """The same contract with the frames' chunks spilled to a HybridTier made per store."""
+
+    @pytest.fixture(autouse=True)
+    def _directory(self, tmp_path):
+        self.directory = tmp_path
+
+    def make_store(self, obs_shape, dtype, n_rows, n_envs, **kw):
+        from chunkstore import HybridTier
+
+        return FrameStore(obs_shape, dtype, n_rows, n_envs, chunk_len=4, codec="zstd3+dict",
+                          tier=lambda: HybridTier(1 << 12, self.directory, segment_bytes=1 << 11), **kw)

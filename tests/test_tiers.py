@@ -1,32 +1,27 @@
-"""The tier contract, run against every tier, plus tier-specific behaviour.
+"""Every tier runs the contract shipped in :mod:`chunkstore.testing.tiers`, plus its own behaviour.
 
-``TestTierContract`` is the contract every tier must keep (zarr's StoreTests
-style); ``TierMachine`` drives each tier and a plain dict side by side with
-Hypothesis. Disk and hybrid tests check RSS, files and spills.
+The contract (zarr's ``StoreTests`` pattern) is one subclass per tier here, FileTier
+included; the Hypothesis machine drives each tier beside a plain dict. Disk and
+hybrid tests check RSS, files and spills.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 
 import numpy as np
 import psutil
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from chunkstore.errors import TierFullError, UnknownRefError
-from chunkstore.tiers import ChunkRef, DeviceTier, DiskTier, HybridTier, MemoryTier, Tier
+from chunkstore.hdf5.filetier import FileTier, MappedFile
+from chunkstore.testing.tiers import SEG, SegmentedTierTests, TierTests, tier_machine
+from chunkstore.tiers import DeviceTier, DiskTier, HybridTier, MemoryTier
 
-SEG = 64 << 10  # small segments: many segments, fast tests
 MiB = 1 << 20
 
 
@@ -70,227 +65,42 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-@pytest.fixture(params=[*FACTORIES, *(["device-cuda"] if torch.cuda.is_available() else [])])
-def make_tier(request, tmp_path):
-    factory = _device_cuda if request.param == "device-cuda" else FACTORIES[request.param]
-    tiers = []
-
-    def make(**kw):
-        kw.setdefault("segment_bytes", SEG)
-        tiers.append(factory(tmp_path, **kw))
-        return tiers[-1]
-
-    yield make
-    for tier in tiers:
-        tier.close()
+def _file(directory, **kw):
+    """A FileTier of a (here empty) saved file: new chunks go to its writable MemoryTier."""
+    path = os.path.join(directory, "empty.bin")
+    with open(path, "wb"):
+        pass
+    return FileTier(MappedFile(path), writable=MemoryTier(**kw), own_writable=True)
 
 
-@pytest.fixture
-def tier(make_tier):
-    return make_tier()
+class TestMemoryTierContract(SegmentedTierTests):
+    factory = staticmethod(_memory)
+
+
+class TestDiskTierContract(SegmentedTierTests):
+    factory = staticmethod(_disk)
+
+
+class TestDeviceCpuTierContract(SegmentedTierTests):
+    factory = staticmethod(_device_cpu)
+
+
+class TestHybridTierContract(SegmentedTierTests):
+    factory = staticmethod(_hybrid)
+
+
+class TestFileTierContract(TierTests):
+    factory = staticmethod(_file)
+
+
+@needs_cuda
+class TestDeviceCudaTierContract(SegmentedTierTests):
+    factory = staticmethod(_device_cuda)
 
 
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
-
-
-class TestTierContract:
-    """What every tier promises."""
-
-    def test_is_a_tier(self, tier):
-        assert isinstance(tier, Tier)
-        assert tier.nbytes == tier.used_nbytes == 0
-        assert tier.info()["kind"] == tier.kind
-
-    @pytest.mark.parametrize("n", [0, 1, 1000, SEG - 1, SEG, SEG + 1, 3 * SEG + 5])
-    def test_round_trip_sizes(self, tier, rng, n):
-        data = _bytes(rng, n)
-        ref = tier.put(data)
-        assert isinstance(ref, ChunkRef)
-        assert ref.nbytes == n
-        view = np.asarray(tier.get(ref))
-        assert view.dtype == np.uint8 and view.ndim == 1
-        assert view.tobytes() == data
-        assert tier.used_nbytes == n
-        tier.release(ref)
-        assert tier.used_nbytes == 0
-
-    def test_zero_byte_chunks_are_distinct(self, tier):
-        refs = [tier.put(b""), tier.put(b""), tier.put(b"x"), tier.put(b"")]
-        assert len(set(refs)) == 4
-        assert [bytes(tier.get(r)) for r in refs] == [b"", b"", b"x", b""]
-        for ref in refs:
-            tier.release(ref)
-        assert tier.used_nbytes == 0
-
-    def test_accepts_any_contiguous_bytes_like(self, tier, rng):
-        arr = rng.standard_normal((7, 5)).astype(np.float32)
-        raw = _bytes(rng, 300)
-        for data, want in [(raw, raw), (bytearray(raw), raw), (memoryview(raw), raw),
-                           (np.frombuffer(raw, np.uint8), raw), (arr, arr.tobytes())]:
-            assert bytes(tier.get(tier.put(data))) == want
-        with pytest.raises(ValueError):
-            tier.put(arr[:, ::2])
-        with pytest.raises(ValueError):
-            tier.put(np.frombuffer(raw, np.uint8)[::2])
-
-    def test_put_copies(self, tier):
-        src = bytearray(b"abcdef")
-        ref = tier.put(src)
-        src[:] = b"zzzzzz"
-        assert bytes(tier.get(ref)) == b"abcdef"
-
-    def test_views_are_read_only(self, tier):
-        if getattr(tier, "device", None) is not None and tier.device.type == "cuda":
-            pytest.skip("cuda get returns a private host copy")
-        view = tier.get(tier.put(b"abc"))
-        with pytest.raises((ValueError, TypeError)):
-            view[0] = 1
-
-    def test_many_puts_span_segments(self, tier, rng):
-        expected = {}
-        for _ in range(300):
-            data = _bytes(rng, int(rng.integers(1, SEG // 4)))
-            expected[tier.put(data)] = data
-        assert len({ref.segment for ref in expected}) > 10
-        assert tier.info()["nsegments"] > 10
-        for ref, data in expected.items():
-            assert bytes(tier.get(ref)) == data
-        assert tier.used_nbytes == sum(map(len, expected.values()))
-
-    def test_first_chunk_survives_many_later_puts(self, tier, rng):
-        first = _bytes(rng, 5000)
-        ref = tier.put(first)
-        block = _bytes(rng, 20_000)
-        for i in range(250):  # ~5 MB of other chunks, released as we go
-            other = tier.put(block)
-            if i % 2:
-                tier.release(other)
-        assert bytes(tier.get(ref)) == first
-
-    def test_ring_recycles_segments(self, tier, rng):
-        window, max_chunk = 40, SEG // 16
-        live = collections.deque()
-        peak_live = peak_nbytes = 0
-        segments_seen = set()
-        for _ in range(20):  # laps
-            for _ in range(window):
-                ref = tier.put(_bytes(rng, int(rng.integers(1, max_chunk))))
-                live.append(ref)
-                segments_seen.add(ref.segment)
-                if len(live) > window:
-                    tier.release(live.popleft())
-                peak_live = max(peak_live, tier.used_nbytes)
-                peak_nbytes = max(peak_nbytes, tier.nbytes)
-        # live bytes, one partly released segment at the tail, one being filled
-        bound = peak_live * SEG / (SEG - max_chunk) + 2 * SEG
-        assert peak_nbytes <= bound, tier.info()
-        # recycled segments keep their ids: far fewer ids than segments' worth of data
-        assert len(segments_seen) <= bound / SEG
-        while live:
-            tier.release(live.popleft())
-        assert tier.used_nbytes == 0
-
-    def test_used_nbytes_is_exact(self, tier, rng):
-        live = {}
-        for i in range(200):
-            data = _bytes(rng, int(rng.integers(0, 3000)))
-            live[tier.put(data)] = len(data)
-            if i % 3 == 0:
-                ref = list(live)[int(rng.integers(len(live)))]
-                tier.release(ref)
-                del live[ref]
-            assert tier.used_nbytes == sum(live.values())
-        info = tier.info()
-        assert info["used_nbytes"] == sum(live.values())
-        assert info["nchunks"] == len(live)
-        assert tier.used_nbytes <= tier.nbytes
-
-    def test_double_release_raises(self, tier):
-        ref = tier.put(b"hello")
-        tier.release(ref)
-        with pytest.raises(UnknownRefError):
-            tier.release(ref)
-        with pytest.raises(KeyError):  # also a KeyError
-            tier.get(ref)
-
-    @pytest.mark.parametrize("bad", [ChunkRef(99, 0, 5), ChunkRef(0, 1, 4), ChunkRef(0, 0, 4)])
-    def test_unknown_refs_raise(self, tier, bad):
-        tier.put(b"hello")
-        with pytest.raises(UnknownRefError):
-            tier.get(bad)
-        with pytest.raises(UnknownRefError):
-            tier.release(bad)
-        assert tier.used_nbytes == 5
-
-    def test_large_chunk_segments_are_recycled(self, tier, rng):
-        big = _bytes(rng, 2 * SEG + 100)
-        ref = tier.put(big)
-        nbytes = tier.nbytes
-        for _ in range(5):
-            tier.release(ref)
-            ref = tier.put(big)
-            assert bytes(tier.get(ref)) == big
-        assert tier.nbytes == nbytes
-
-    def test_trim_gives_back_free_segments(self, tier, rng):
-        refs = [tier.put(_bytes(rng, SEG // 2)) for _ in range(20)]
-        keep = refs.pop()
-        for ref in refs:
-            tier.release(ref)
-        assert tier.trim() > 0
-        assert tier.nbytes <= 3 * SEG
-        assert tier.info()["nfree_segments"] == 0
-        assert tier.get(keep).nbytes == SEG // 2
-        assert tier.put(b"more") is not None
-
-    def test_close(self, make_tier):
-        tier = make_tier()
-        ref = tier.put(b"abc")
-        tier.close()
-        tier.close()  # idempotent
-        assert tier.nbytes == 0
-        with pytest.raises(ValueError):
-            tier.put(b"x")
-        with pytest.raises(UnknownRefError):
-            tier.get(ref)
-
-    def test_context_manager(self, make_tier):
-        with make_tier() as tier:
-            tier.put(b"abc")
-        assert tier.closed
-
-    def test_concurrent_gets_while_writing(self, tier, rng):
-        pinned = {tier.put(data): data for data in (_bytes(rng, 3000) for _ in range(50))}
-        stop = threading.Event()
-        errors = []
-
-        def reader(seed):
-            local = np.random.default_rng(seed)
-            refs = list(pinned)
-            while not stop.is_set():
-                ref = refs[int(local.integers(len(refs)))]
-                try:
-                    if bytes(tier.get(ref)) != pinned[ref]:
-                        errors.append(f"wrong bytes for {ref}")
-                except Exception as exc:  # pragma: no cover - reported below
-                    errors.append(repr(exc))
-
-        threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
-        for t in threads:
-            t.start()
-        try:
-            live = collections.deque()
-            for _ in range(600):  # churn: segments fill, empty, recycle, spill
-                live.append(tier.put(_bytes(rng, 2000)))
-                if len(live) > 60:
-                    tier.release(live.popleft())
-        finally:
-            stop.set()
-            for t in threads:
-                t.join()
-        assert not errors, errors[:5]
 
 
 @pytest.mark.parametrize("name", LIMITED)
@@ -326,86 +136,6 @@ class TestMaxBytes:
 # -- Hypothesis: each tier beside a dict ------------------------------------------------
 
 
-class TierMachine(RuleBasedStateMachine):
-    factory = staticmethod(_memory)
-    segment_bytes = 4096
-
-    def __init__(self):
-        super().__init__()
-        self.directory = tempfile.mkdtemp(prefix="tier-machine-")
-        self.tier = self.factory(self.directory, segment_bytes=self.segment_bytes)
-        self.model: dict[ChunkRef, bytes] = {}
-        self.order: list[ChunkRef] = []
-
-    @rule(size=st.one_of(st.integers(0, 600), st.integers(0, 3 * 4096)), seed=st.integers(0, 255))
-    def put(self, size, seed):
-        data = (bytes(range(seed, 256)) + bytes(range(seed))) * (size // 256 + 1)
-        data = data[:size]
-        ref = self.tier.put(data)
-        assert ref not in self.model
-        self.model[ref] = data
-        self.order.append(ref)
-
-    @precondition(lambda self: self.model)
-    @rule(pick=st.integers(0, 10**6))
-    def release_random(self, pick):
-        ref = self.order.pop(pick % len(self.order))
-        del self.model[ref]
-        self.tier.release(ref)
-
-    @precondition(lambda self: self.model)
-    @rule(n=st.integers(1, 5))
-    def release_oldest(self, n):  # the ring-buffer pattern
-        for ref in self.order[:n]:
-            del self.model[ref]
-            self.tier.release(ref)
-        del self.order[:n]
-
-    @precondition(lambda self: self.model)
-    @rule(pick=st.integers(0, 10**6))
-    def get(self, pick):
-        ref = self.order[pick % len(self.order)]
-        assert bytes(self.tier.get(ref)) == self.model[ref]
-
-    @precondition(lambda self: self.model)
-    @rule(pick=st.integers(0, 10**6))
-    def double_release_raises(self, pick):
-        ref = self.order.pop(pick % len(self.order))
-        del self.model[ref]
-        self.tier.release(ref)
-        try:
-            self.tier.release(ref)
-        except UnknownRefError:
-            pass
-        else:
-            raise AssertionError("double release did not raise")
-
-    @rule()
-    def trim(self):
-        self.tier.trim()
-
-    @invariant()
-    def accounting(self):
-        assert self.tier.used_nbytes == sum(map(len, self.model.values()))
-        assert self.tier.info()["nchunks"] == len(self.model)
-        assert self.tier.used_nbytes <= self.tier.nbytes
-
-    def teardown(self):
-        for ref, data in self.model.items():
-            assert bytes(self.tier.get(ref)) == data
-        self.tier.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _machine(factory):
-    machine = type(f"TierMachine_{factory.__name__}", (TierMachine,),
-                   {"factory": staticmethod(factory)})
-    machine.TestCase.settings = settings(
-        max_examples=25, stateful_step_count=60, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow])
-    return machine.TestCase
-
-
 def _tiny_hybrid(directory, **kw):
     return HybridTier(kw["segment_bytes"], directory, max_mapped_bytes=0, **kw)
 
@@ -414,10 +144,11 @@ def _tiny_disk(directory, **kw):
     return DiskTier(directory, max_mapped_bytes=0, **kw)  # drop mapped pages on every get
 
 
-TestMemoryMachine = _machine(_memory)
-TestDiskMachine = _machine(_tiny_disk)
-TestDeviceCpuMachine = _machine(_device_cpu)
-TestHybridMachine = _machine(_tiny_hybrid)
+TestMemoryMachine = tier_machine(_memory)
+TestDiskMachine = tier_machine(_tiny_disk)
+TestDeviceCpuMachine = tier_machine(_device_cpu)
+TestHybridMachine = tier_machine(_tiny_hybrid)
+TestFileMachine = tier_machine(_file)
 
 
 # -- DiskTier ---------------------------------------------------------------------------

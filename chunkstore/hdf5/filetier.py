@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from chunkstore.errors import CorruptChunkError, FileChangedError
+from chunkstore.errors import CorruptChunkError, FileChangedError, UnknownRefError
 from chunkstore.hdf5.checksum import check_crc
 from chunkstore.tiers._base import ChunkRef, Tier
 from chunkstore.tiers._segments import AddressTable
@@ -144,6 +144,8 @@ class FileTier(Tier):
         messages), byte offset, length, and the CRC32 to check on first read.
     writable
         Where new chunks go (default: a new :class:`MemoryTier`, closed with this tier).
+    own_writable
+        Whether :meth:`close` closes ``writable`` (default: only the one made here).
     name
         The array's name, for error messages.
     verify
@@ -173,11 +175,13 @@ class FileTier(Tier):
         writable: Tier | None = None,
         name: str = "array",
         verify: bool = True,
+        own_writable: bool | None = None,
     ) -> None:
         self.file = file
         self.name = name
         self.verify = verify
-        self._own_writable = writable is None
+        self._own_writable = writable is None if own_writable is None else bool(own_writable)
+        self._closed = False
         self.writable: Tier = writable if writable is not None else MemoryTier()
         offsets = np.asarray(offsets, dtype=np.int64)
         order = np.argsort(offsets, kind="stable")
@@ -186,11 +190,14 @@ class FileTier(Tier):
         self._nbytes = np.asarray(nbytes, dtype=np.int64)[order]
         self._crc = np.asarray(crc32, dtype=np.uint32)[order]
         self._checked = np.zeros(len(self._offsets), dtype=bool)
+        self._live = np.zeros(len(self._offsets), dtype=bool)  # adopted and not released yet
         self._file_live_nbytes = 0
         self._file_live_chunks = 0
 
     # -- Tier API ---------------------------------------------------------------------
     def put(self, data: Any) -> ChunkRef:
+        if self._closed:
+            raise ValueError(f"put on a closed file tier ({self.file.path})")
         if isinstance(data, FileChunk):
             seg, off, n = self.adopt([data.offset], [data.nbytes])[:, 0].tolist()
             return ChunkRef(seg, off, n)
@@ -211,14 +218,36 @@ class FileTier(Tier):
                 f"of {self.file.path} ({self.file.size} bytes); the file is truncated",
                 array=self.name,
             )
+        k = self._table_index(offsets, nbytes)
+        if (k < 0).any() or self._live[k].any():
+            o = int(offsets[np.flatnonzero((k < 0) | self._live[np.maximum(k, 0)])[0]])
+            raise CorruptChunkError(f"{self.name}: the chunk at byte {o} of {self.file.path} is not in its "
+                                    "chunk table, or is installed twice", array=self.name)
+        self._live[k] = True
         self._file_live_nbytes += int(nbytes.sum())
         self._file_live_chunks += len(offsets)
         return np.stack([np.full(len(offsets), FILE_SEGMENT, np.int64), offsets, nbytes])
+
+    def _table_index(self, offsets: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """Where each (offset, nbytes) is in the file's chunk table, or -1."""
+        if not len(self._offsets):
+            return np.full(len(offsets), -1, np.int64)
+        k = np.searchsorted(self._offsets, offsets).clip(max=len(self._offsets) - 1)
+        return np.where((self._offsets[k] == offsets) & (self._nbytes[k] == nbytes), k, -1)
+
+    def _file_chunk(self, ref: ChunkRef, *, live: bool = True) -> int:
+        """The table index of a file chunk ``ref`` (live, unless ``live=False``); else UnknownRefError."""
+        k = int(self._table_index(np.array([ref.offset]), np.array([ref.nbytes]))[0])
+        if k < 0 or (live and not self._live[k]):
+            raise UnknownRefError(f"{ref!r} is not a live chunk of {self.file.path} (released already, "
+                                  "or not one of its chunks)")
+        return k
 
     def get(self, ref: ChunkRef) -> np.ndarray | memoryview:
         seg, off, n = ref
         if seg != FILE_SEGMENT:
             return self.writable.get(ChunkRef(seg - 1, off, n))
+        self._file_chunk(ref)
         view = self.file.view(off, n)
         if self.verify:
             self._check(off, view)
@@ -230,6 +259,7 @@ class FileTier(Tier):
             self.writable.release(ChunkRef(seg - 1, off, n))
             return
         # The file is read-only: releasing a file chunk only forgets it.
+        self._live[self._file_chunk(ref)] = False  # the truth first: then the tallies
         self._file_live_nbytes -= n
         self._file_live_chunks -= 1
 
@@ -242,10 +272,22 @@ class FileTier(Tier):
         return self.writable.used_nbytes + self._file_live_nbytes
 
     def close(self) -> None:
-        """Stop reading the file; close the writable tier if this tier created it."""
+        """Stop reading the file; close the writable tier if this tier owns it."""
+        self._closed = True
+        self._live[:] = False
+        self._file_live_chunks = self._file_live_nbytes = 0
         self.file.close()
         if self._own_writable:
             self.writable.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def trim(self) -> int:
+        """Give back the writable tier's free storage (the file's bytes are not ours to free)."""
+        trim = getattr(self.writable, "trim", None)
+        return int(trim()) if trim is not None else 0
 
     def info(self) -> dict[str, Any]:
         return {
@@ -253,6 +295,7 @@ class FileTier(Tier):
             "nbytes": self.nbytes,
             "used_nbytes": self.used_nbytes,
             "path": self.file.path,
+            "nchunks": self._file_live_chunks + int(self.writable.info().get("nchunks", 0)),
             "file_chunks": self._file_live_chunks,
             "file_nbytes": self._file_live_nbytes,
             "verified_chunks": int(self._checked.sum()),
@@ -283,15 +326,19 @@ class FileTier(Tier):
         seg, off, n = ref
         if seg != FILE_SEGMENT:
             return self.writable.peek(ChunkRef(seg - 1, off, n))
-        return self.get(ref)
+        self._file_chunk(ref, live=False)  # the file is never rewritten: released chunks read too
+        return self.file.view(off, n)
 
     def live_refs(self) -> np.ndarray | None:
-        live = self.writable.live_refs()
-        if live is None:
+        new = self.writable.live_refs()
+        if new is None:
             return None
-        live = live.copy()
-        live[0] += 1  # the file's chunks are not tracked: they are never orphaned by a put
-        return live
+        new = new.copy()
+        new[0] += 1
+        k = np.flatnonzero(self._live)
+        self._file_live_chunks, self._file_live_nbytes = len(k), int(self._nbytes[k].sum())  # recount
+        file = np.stack([np.full(len(k), FILE_SEGMENT, np.int64), self._offsets[k], self._nbytes[k]])
+        return np.concatenate([file, new], axis=1)
 
     #: a native read must first see that the file was not changed in place (and check CRCs)
     checks_reads = True
