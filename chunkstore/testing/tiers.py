@@ -387,8 +387,8 @@ class TierMachine(RuleBasedStateMachine):
 
 def tier_machine(factory: Callable[..., Tier], *, max_examples: int = 25) -> Any:
     """A unittest TestCase running :class:`TierMachine` on tiers made by ``factory(directory, **kw)``."""
-    machine = type(f"TierMachine_{getattr(factory, '__name__', 'tier')}", (TierMachine,),
-                   {"factory": staticmethod(factory)})
+    machine: Any = type(f"TierMachine_{getattr(factory, '__name__', 'tier')}", (TierMachine,),
+                        {"factory": staticmethod(factory)})
     machine.TestCase.settings = settings(
         max_examples=max_examples, stateful_step_count=60, deadline=None,
         suppress_health_check=[HealthCheck.too_slow])
