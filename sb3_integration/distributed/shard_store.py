@@ -447,7 +447,12 @@ class ShardStore:
 
     # -- checkpoints -------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """Everything this store is, copied (under the lock: the only pause writers see)."""
+        """Everything this store is, at this moment (under the lock: the only pause writers see).
+
+        The small tables are copied; the frames are an :class:`~chunkstore.array.ArraySnapshot`
+        (the chunk table copied, the tier pinned: no chunk bytes are copied while writers wait).
+        :meth:`write_snapshot` closes it.
+        """
         with self.lock:
             st = self.streams
             snap: dict[str, Any] = {
@@ -471,26 +476,21 @@ class ShardStore:
                 "frames": None,
             }
             if self.frames is not None:
-                stored = self.frames.stored_chunks()
-                snap["frames"] = (self.frames.nchunks_total, stored,
-                                  [bytes(v) for v in self.frames.iter_chunk_bytes(stored)], self.frames.codec)
+                snap["frames"] = self.frames.snapshot()
             return snap
 
     def write_snapshot(self, path: str, snap: dict[str, Any]) -> None:
         """Write a :meth:`snapshot` to ``path`` atomically (chunkstore's HDF5 format); no lock held."""
-        arrays = {}
-        if snap["frames"] is not None:
-            nchunks, stored, blobs, codec = snap["frames"]
-            assert self.layout is not None
-            copy = ChunkedArray(nchunks * self.L, self.layout.frame_shape, self.spec.obs_dtype,
-                                chunk_len=self.L, codec=codec, name="frames")
-            for c, blob in zip(stored.tolist(), blobs, strict=True):
-                copy.put_chunk_bytes(c, blob)
-            arrays["frames"] = copy
+        frames = snap["frames"]
+        arrays = {} if frames is None else {"frames": frames}
         extras = {f"rows/{k}": v for k, v in snap["rows"].items()}
         extras.update({k: snap[k] for k in ("slot_stream", "slot_chunk", "slot_prev", "streams",
                                              "stream_slots", "applied")})
-        fmt.save(path, arrays, extras, snap["attrs"], progress=False)
+        try:
+            fmt.save(path, arrays, extras, snap["attrs"], progress=False)
+        finally:
+            if frames is not None:
+                frames.close()  # unpin: the tier reuses emptied segments again
 
     def restore(self, path: str) -> None:
         """Become the checkpoint at ``path`` (FormatError when it is not one of this geometry)."""
