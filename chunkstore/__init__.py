@@ -1,8 +1,13 @@
 """chunkstore: compressed chunk storage for reinforcement-learning buffers.
 
-Observations are stored in compressed chunks of many consecutive items, in a
-tier (RAM, memory-mapped disk, or a torch device heap), read through an LRU
-cache of decoded chunks. ``sb3_integration`` wraps it as drop-in
+Items (observation frames) are stored in compressed chunks of a few consecutive
+items (:class:`ChunkedArray`), whose bytes live in a tier (RAM, disk, RAM with
+spills to disk, a lazily read saved file); a batch is read with one native call
+that decodes each chunk it needs once. :mod:`chunkstore.device` keeps items on a
+torch device in an encoding decoded there. An LRU cache of decoded chunks
+(:class:`LRUChunkCache`) is off by default: uniform reads rarely hit it.
+:mod:`chunkstore.hdf5` saves and loads stores; :mod:`chunkstore.testing` holds the
+contract tests a new tier runs. ``sb3_integration`` wraps it all as drop-in
 Stable-Baselines3 buffers; this package knows nothing about RL.
 """
 

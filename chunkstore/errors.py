@@ -1,7 +1,8 @@
 """Every error chunkstore raises.
 
 Each error also inherits the built-in it refines, so callers may catch either
-(``except ValueError`` keeps working for ``UnknownCodecError``).
+(``except ValueError`` keeps working for ``CodecConfigError``, ``except KeyError``
+for ``UnknownRefError``).
 """
 
 from __future__ import annotations

@@ -179,7 +179,8 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
     @classmethod
     def load(cls, path: str | os.PathLike[str], device: Any = "auto", *, env: VecEnv | None = None,
              lazy: bool = True, tier: Tier | None = None, verify: bool | None = None) -> CompressedHerReplayBuffer:
-        """The buffer saved in ``path`` (see ``ReplayBufferFileMixin.load``), with ``env`` set if given."""
+        """The buffer saved in ``path`` (see :meth:`sb3_integration.persistence.ReplayFiles.load`),
+        with ``env`` set if given."""
         buf = super().load(path, device, lazy=lazy, tier=tier, verify=verify)
         if env is not None:
             buf.set_env(env)
