@@ -163,7 +163,11 @@ class DeviceHeap:
         self._nslots = 0
         self._inbox = 0
         self.spills = 0  # segments moved to host RAM so far
+        # the arena and its views (set together by _allocate)
         self.arena: Any = None
+        self.bytes: Any = None
+        self.words: Any = None
+        self.int64: Any = None
         self._allocate(0, _INBOX_START)
 
     # -- the arena ---------------------------------------------------------------------------
