@@ -189,9 +189,10 @@ class GpuReplayBuffer(CompressedReplayBuffer):
     The observation frames are stored, decoded and stacked on ``buffer_device``
     (default: the buffer's ``device``): this is ``CompressedReplayBuffer(...,
     buffer_device=..., heap_bytes=...)``. Each frame is kept as runs of bytes that
-    differ from a reference frame (:mod:`chunkstore.device`, about 290 B per
-    MsPacman frame, 160 per Pong frame); a sample uploads one small index block
-    and decodes its frames there, so observations never pass through the host.
+    differ from a reference frame (:mod:`chunkstore.device`; measured 290 B of device
+    memory per MsPacman transition, 192 per Pong one, ``tools/bench_device.py``); a
+    sample uploads one small index block and decodes and stacks its frames there, so
+    observations never pass through the host.
     ``heap_bytes`` is the device budget for those frames (all keys together;
     default half the free memory of a CUDA device, no limit elsewhere): past it
     the oldest segments move to host RAM and are still read, so the buffer never

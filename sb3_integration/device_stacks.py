@@ -1,4 +1,4 @@
-"""Frame stacks assembled on the device: one read of every frame a batch needs, then a layout.
+"""The device side of the frame store: frame stacks assembled on the device, and its checks.
 
 A frame store whose frames live in a :class:`~chunkstore.device.DeviceArray` reads a
 batch in three steps, and only the first runs on the host:
@@ -16,19 +16,26 @@ batch in three steps, and only the first runs on the host:
 
 Every size is known on the host (the batch size, the layout), so nothing here reads
 device data back: the torch ops are the same for a batch of 2 or 2,000, for 1 env
-or 8. Measured on the cpu (``tools/bench_device.py``): 27 ops for the read and 2
-(channel-first) or 5 (channel-last) for the layout.
+or 8. Counted on the cpu: 27 ops for the read and 2 for the layout (a channel-last
+layout adds a permute and, for frames wider than one channel, a copy).
+
+Also here, so that :mod:`sb3_integration.frames` stays about the frame engine: the
+checks a device store makes when built (:func:`check_device`) and unpickled
+(:func:`available_device`), and its :meth:`~sb3_integration.frames.FrameStore.info`
+(:func:`device_info`).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
+from chunkstore.device import torch_dtype
 from sb3_integration.stacking import StackLayout
 
-__all__ = ["read_stacks", "to_host"]
+__all__ = ["available_device", "check_device", "device_info", "read_stacks", "to_host"]
 
 
 def read_stacks(frames: Any, layout: StackLayout, ids: np.ndarray, parts: int = 1) -> list[Any]:
@@ -74,3 +81,50 @@ def to_host(x: Any) -> Any:
             raise ValueError("observations on the 'meta' device have no values to read")
         return x.detach().cpu().numpy()
     return x
+
+
+def check_device(device: Any, dtype: np.dtype, name: str) -> Any:
+    """``device`` as a torch.device (None: host frames); refuses, now, what cannot work."""
+    if device is None:
+        return None
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}: CUDA is not available here; use buffer_device='cpu' or None (host)")
+    if torch_dtype(dtype) is None:
+        raise TypeError(f"{name}: torch has no dtype for {dtype}; frames of this dtype can only be stored "
+                        "on the host (buffer_device=None)")
+    return dev
+
+
+def available_device(device: str | None, name: str) -> str | None:
+    """A pickled store's device if it exists here; else None (host frames), with a warning."""
+    if device is None:
+        return None
+    import torch
+
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(f"{name}: pickled with its frames on {device}, which is not available here; "
+                      "they are kept in host memory instead", RuntimeWarning, stacklevel=3)
+        return None
+    return device
+
+
+def device_info(store: Any, arr: Any) -> dict[str, Any]:
+    """A device store's ``info()``: a host store's keys, plus the device's bytes and heap."""
+    lay, dev = store.layout, arr.info()
+    held = dev["record_nbytes"] + dev["reference_nbytes"]
+    return {
+        "name": store.name, "obs_shape": store.obs_shape, "dtype": str(store.dtype),
+        "layout": lay.describe(), "stack_axis": lay.axis, "frame_width": lay.width, "depth": lay.depth,
+        "ring_frames": store.ring_frames, "frames_written": store.frames_written,
+        "frames_cbytes": held, "sealed_chunks": dev["nchunks"],
+        "sealed_cratio": arr.nchunks * arr.chunk_len * arr.item_nbytes / max(held, 1),
+        "index_nbytes": store.index_nbytes, "chunk_table_nbytes": dev["index_nbytes"],
+        "nbytes_stored": store.nbytes_stored, "codec": f"device runs (saved with {store.codec})",
+        "chunk_len": store.chunk_len, "device": str(store.device),
+        "device_nbytes": dev["nbytes"], "frames_host_nbytes": dev["host_nbytes"],
+        "device_record_nbytes": dev["record_nbytes"], "device_reference_nbytes": dev["reference_nbytes"],
+        "references": dev["references"], "heap": dev["heap"],
+    }

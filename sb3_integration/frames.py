@@ -84,7 +84,6 @@ Reads and writes hold the store's lock in ``with`` blocks.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -92,7 +91,8 @@ import numpy as np
 
 from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
-from chunkstore.device import DeviceArray, torch_dtype
+from chunkstore.device import DeviceArray
+from sb3_integration.device_stacks import available_device, check_device, device_info, read_stacks
 from sb3_integration.frame_state import (
     FAR,
     UNWRITTEN,
@@ -246,7 +246,7 @@ class FrameStore:
         self.dedup = bool(dedup) and bitwise_comparable(self.dtype)
         self.axis_order = tuple(axis_order)
         self.name = name
-        self.device, self.device_budget = _check_device(device, self.dtype, name), device_budget
+        self.device, self.device_budget = check_device(device, self.dtype, name), device_budget
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
         self._closed = False
         self.__dict__.update(self._blank())
@@ -607,8 +607,6 @@ class FrameStore:
                     which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
                 envs = np.tile(envs, m)
             if isinstance(self.frames, DeviceArray):
-                from sb3_integration.device_stacks import read_stacks
-
                 ids = self.frame_ids(which, rows, envs) if n else np.zeros((0, lay.depth), np.int64)
                 return read_stacks(self.frames, lay, ids, m)
             out = np.empty((m * n, *self.obs_shape), self.dtype)
@@ -646,7 +644,7 @@ class FrameStore:
 
     def info(self) -> dict[str, Any]:
         if isinstance(self.frames, DeviceArray):
-            return self._device_info(self.frames)
+            return device_info(self, self.frames)
         lay, arr = self.layout, self.frames
         return {
             "name": self.name,
@@ -667,25 +665,6 @@ class FrameStore:
             "codec": arr.codec.name if arr else str(self.codec),
             "chunk_len": self.chunk_len,
             "device": None if self.device is None else str(self.device),
-        }
-
-    def _device_info(self, arr: DeviceArray) -> dict[str, Any]:
-        """:meth:`info` of a store whose frames are on a device: the same keys, plus the device's."""
-        lay, dev = self.layout, arr.info()
-        assert lay is not None
-        held = dev["record_nbytes"] + dev["reference_nbytes"]
-        return {
-            "name": self.name, "obs_shape": self.obs_shape, "dtype": str(self.dtype),
-            "layout": lay.describe(), "stack_axis": lay.axis, "frame_width": lay.width, "depth": lay.depth,
-            "ring_frames": self.ring_frames, "frames_written": self.frames_written,
-            "frames_cbytes": held, "sealed_chunks": dev["nchunks"],
-            "sealed_cratio": arr.nchunks * arr.chunk_len * arr.item_nbytes / max(held, 1),
-            "index_nbytes": self.index_nbytes, "chunk_table_nbytes": dev["index_nbytes"],
-            "nbytes_stored": self.nbytes_stored, "codec": "device runs (saved with " + str(self.codec) + ")",
-            "chunk_len": self.chunk_len, "device": str(self.device),
-            "device_nbytes": dev["nbytes"], "frames_host_nbytes": dev["host_nbytes"],
-            "device_record_nbytes": dev["record_nbytes"], "device_reference_nbytes": dev["reference_nbytes"],
-            "references": dev["references"], "heap": dev["heap"],
         }
 
     # -- ownership -------------------------------------------------------------------
@@ -800,34 +779,7 @@ class FrameStore:
     def __setstate__(self, data: dict[str, Any]) -> None:
         config, state = unpickle_state(data)
         init = {k: config.pop(k) for k in ("obs_shape", "dtype", "n_rows")}
-        config["device"] = _available(config.get("device"), config.get("name", "observations"))
+        config["device"] = available_device(config.get("device"), config.get("name", "observations"))
         self.__init__(**init, **config)  # type: ignore[misc]
         self.load_state_dict(state)
 
-
-def _check_device(device: Any, dtype: np.dtype, name: str) -> Any:
-    """``device`` as a torch.device (None: host frames); refuses what cannot work, now."""
-    if device is None:
-        return None
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{name}: CUDA is not available here; use buffer_device='cpu' or None (host)")
-    if torch_dtype(dtype) is None:
-        raise TypeError(f"{name}: torch has no dtype for {dtype}; frames of this dtype can only be stored "
-                        "on the host (buffer_device=None)")
-    return dev
-
-
-def _available(device: str | None, name: str) -> str | None:
-    """A pickled store's device if it exists here; else None (host frames), with a warning."""
-    if device is None:
-        return None
-    import torch
-
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        warnings.warn(f"{name}: pickled with its frames on {device}, which is not available here; "
-                      "they are kept in host memory instead", RuntimeWarning, stacklevel=3)
-        return None
-    return device

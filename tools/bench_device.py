@@ -270,7 +270,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--env-steps", type=int, default=500, help="steps of the multi-env streams")
     p.add_argument("--repeats", type=int, default=40)
     p.add_argument("--exact-seeds", type=int, default=10)
-    p.add_argument("--rss-games", nargs="+", default=["MsPacman"])
+    p.add_argument("--rss-games", nargs="+", default=None, help="default: the first of --games")
     p.add_argument("--no-rss", action="store_true")
     p.add_argument("--quick", action="store_true", help="20,000 transitions of 5,000 real ones, 10 repeats")
     p.add_argument("--out", default=None)
@@ -280,6 +280,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.transitions, args.distinct, args.repeats, args.exact_seeds = 20_000, 5_000, 10, 3
         args.env_steps = 200
     args.devices = args.devices or devices()
+    args.rss_games = args.rss_games or args.games[:1]
     return args
 
 

@@ -41,10 +41,11 @@ from typing import Any
 import numpy as np
 
 from chunkstore.casting import lossless_cast
-from chunkstore.device.batch import FreshRecords, upload_batch
+from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
 from chunkstore.device.dtypes import torch_dtype
 from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceBudget, DeviceHeap
+from chunkstore.device.indices import check_index, normalize_indices, ranks
 from chunkstore.device.persist import export_chunked, host_array, import_chunked, snapshot_of
 from chunkstore.device.policy import WINDOW, ReferencePolicy
 from chunkstore.device.refs import ReferencePool
@@ -268,7 +269,7 @@ class DeviceArray:
         with self._lock:
             self._check_open()
             if isinstance(key, (int, np.integer)):  # the appender's case: one item
-                i = self._check_index(int(key))
+                i = check_index(int(key), self.capacity, self.name)
                 self._write_run(i, self._coerce(value, 1))
             elif isinstance(key, slice):
                 start, stop, step = key.indices(self.capacity)
@@ -295,7 +296,7 @@ class DeviceArray:
 
     def put(self, indices: Any, values: Any) -> None:
         """``self[indices[k]] = values[k]`` for an integer index array (the last write wins)."""
-        idx = self._normalize_indices(indices).reshape(-1)
+        idx = normalize_indices(indices, self.capacity, self.name).reshape(-1)
         vals = self._coerce(values, idx.size)
         if idx.size == 0:
             return
@@ -466,8 +467,8 @@ class DeviceArray:
             keep = np.zeros(self.nchunks_total, bool)
             keep[src] = True
             self.discard_chunks(np.flatnonzero(self._stored & ~keep))
-            old_ids = np.repeat(src * L, rows_old) + _ranks(rows_old)
-            new_ids = np.repeat(dst * L, rows_new) + _ranks(rows_new)
+            old_ids = np.repeat(src * L, rows_old) + ranks(rows_old)
+            new_ids = np.repeat(dst * L, rows_new) + ranks(rows_new)
             items = self._blank_items(capacity)
             items[new_ids] = self._items[old_ids]
             stored = np.zeros(n_new, bool)
@@ -556,30 +557,10 @@ class DeviceArray:
 
     def _upload_batch(self, ids: np.ndarray) -> tuple[Any, int, int]:
         """The batch's header and host-side records in the inbox (see :func:`upload_batch`)."""
-        fresh = self._encode_open(ids, ids >= 0)
+        fresh = encode_open(self._open, ids, self.chunk_len, self.item_shape, self.dtype, self.fmt, self._scratch_for)
         items = self._items
         return upload_batch(ids, (items["ref"], items["nw"], items["nv"], items["addr"]), fresh, self._heap,
                             self.fmt, self._item_nbytes, self._staging.acquire())
-
-    def _encode_open(self, ids: np.ndarray, valid: np.ndarray) -> FreshRecords:
-        """Records of the items of ``ids`` written in open chunks, encoded now against the zero row."""
-        if not self._open:
-            return FreshRecords.none()
-        L = self.chunk_len
-        keys = np.fromiter(self._open, np.int64, len(self._open))
-        pos = np.flatnonzero(valid & np.isin(ids // L, keys))
-        if pos.size:
-            hit = np.array([self._open[int(i) // L][1][int(i) % L] for i in ids[pos].tolist()], bool)
-            pos = pos[hit]
-        if pos.size == 0:
-            return FreshRecords.none()
-        uniq, inv = np.unique(ids[pos], return_inverse=True)
-        items = np.empty((uniq.size, *self.item_shape), self.dtype)  # our dtype: concatenating
-        for k, i in enumerate(uniq.tolist()):  # would turn a non-native byte order native
-            items[k] = self._open[i // L][0][i % L]
-        items = np.ascontiguousarray(items).reshape(uniq.size, -1).view(np.uint8)
-        meta = encode_items(items, np.zeros_like(items), self.fmt, self._scratch_for(uniq.size))
-        return FreshRecords(pos, meta, inv, self._scratch[:int(meta[:, 2].sum())])
 
     # -- persistence hooks ------------------------------------------------------------------------
     def live_chunks(self) -> np.ndarray:
@@ -639,33 +620,3 @@ class DeviceArray:
         finally:
             if temporary:
                 src.close()
-
-    # -- indices ---------------------------------------------------------------------------------
-    def _check_index(self, i: int) -> int:
-        if not -self.capacity <= i < self.capacity:
-            raise IndexError(f"index {i} is out of bounds for {self.name} of capacity {self.capacity}")
-        return i % self.capacity
-
-    def _normalize_indices(self, indices: Any) -> np.ndarray:
-        idx = np.asarray(indices)
-        if idx.dtype == bool:
-            if idx.shape != (self.capacity,):
-                raise IndexError(f"boolean index of shape {idx.shape} does not match {self.capacity}")
-            return np.flatnonzero(idx)
-        if idx.size == 0:
-            return idx.astype(np.int64)
-        if idx.dtype.kind not in "iu":
-            raise IndexError(f"{self.name}: indices must be integers, got dtype {idx.dtype}")
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < -self.capacity or hi >= self.capacity:
-            bad = lo if lo < -self.capacity else hi
-            raise IndexError(f"index {bad} is out of bounds for {self.name} of capacity {self.capacity}")
-        idx = idx.astype(np.int64)
-        return idx + self.capacity * (idx < 0) if lo < 0 else idx
-
-
-def _ranks(counts: np.ndarray) -> np.ndarray:
-    """0..counts[i]-1 for every i, concatenated."""
-    counts = np.asarray(counts, np.int64)
-    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-
