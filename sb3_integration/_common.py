@@ -36,6 +36,7 @@ __all__ = [
     "ObservationView",
     "StoreOptions",
     "coerce_obs",
+    "device_budget",
     "lossless_cast",
     "lossless_obs",
     "pack_array",
@@ -76,10 +77,12 @@ class StoreOptions:
     cache_bytes: int
     tier: Any  # a Tier, a zero-argument factory returning one, or None (RAM)
     threads: int | None
+    buffer_device: Any = None  # a torch.device: observation frames live and decode there; None: host
+    heap_bytes: int | None = None  # with buffer_device: the device bytes of frame records (None: default)
 
     @classmethod
     def resolve(cls, *, preset: str | None, compression_method: Any, chunk_len: Any, cache_bytes: Any,
-                tier: Any, threads: Any) -> StoreOptions:
+                tier: Any, threads: Any, buffer_device: Any = None, heap_bytes: Any = None) -> StoreOptions:
         from chunkstore import Tier
 
         base = PRESETS.get(preset or "fast")
@@ -98,7 +101,9 @@ class StoreOptions:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
                                     or threads < 1):
             raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
-        return cls(method, int(length), int(cache_bytes), tier, None if threads is None else int(threads))
+        device, heap = _device_options(buffer_device, heap_bytes, tier)
+        return cls(method, int(length), int(cache_bytes), tier, None if threads is None else int(threads),
+                   device, heap)
 
     @classmethod
     def from_kwargs(cls, compression_method: Any, kwargs: dict[str, Any],
@@ -119,13 +124,57 @@ class StoreOptions:
         opt = {**STORE_OPTIONS, **(defaults or {}), **kwargs}
         options = cls.resolve(preset=opt["preset"], compression_method=compression_method,
                               chunk_len=opt["chunk_len"], cache_bytes=opt["cache_bytes"], tier=opt["tier"],
-                              threads=opt["threads"])
+                              threads=opt["threads"], buffer_device=opt["buffer_device"],
+                              heap_bytes=opt["heap_bytes"])
         return options, bool(opt["frame_dedup"]), opt["small_arrays"]
 
 
 #: the keyword-only store options of the buffers, with their defaults
 STORE_OPTIONS: dict[str, Any] = {"preset": None, "chunk_len": None, "cache_bytes": DEFAULT_CACHE_BYTES,
-                                 "tier": None, "frame_dedup": True, "threads": None, "small_arrays": "auto"}
+                                 "tier": None, "frame_dedup": True, "threads": None, "small_arrays": "auto",
+                                 "buffer_device": None, "heap_bytes": None}
+
+
+def _device_options(buffer_device: Any, heap_bytes: Any, tier: Any) -> tuple[Any, int | None]:
+    """``buffer_device`` as a torch.device (None: host) and ``heap_bytes``, checked now."""
+    if heap_bytes is not None and (isinstance(heap_bytes, bool) or not isinstance(heap_bytes, (int, np.integer))
+                                   or heap_bytes <= 0):
+        raise ValueError(f"heap_bytes must be a positive int or None, got {heap_bytes!r}")
+    if buffer_device is None:
+        if heap_bytes is not None:
+            raise ValueError("heap_bytes is the device budget of buffer_device: pass buffer_device too "
+                             "(observations are in host memory without it)")
+        return None, None
+    import torch
+
+    try:
+        device = torch.device(buffer_device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"buffer_device must name a torch device ('cuda', 'cuda:1', 'cpu'), got "
+                         f"{buffer_device!r}: {e}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"buffer_device={buffer_device!r}: CUDA is not available here; use buffer_device='cpu' "
+                         "or None (host)")
+    if tier is not None:
+        raise ValueError("tier places chunks in host memory or on disk; with buffer_device the frames live in "
+                         "device memory (heap_bytes caps it, older segments spill to host RAM): pass one of them")
+    return device, None if heap_bytes is None else int(heap_bytes)
+
+
+def device_budget(options: StoreOptions) -> Any:
+    """The :class:`~chunkstore.device.heap.DeviceBudget` a buffer's frame stores share (None: host frames).
+
+    ``heap_bytes``, or by default half of a CUDA device's free memory at construction
+    (no limit on other devices).
+    """
+    if options.buffer_device is None:
+        return None
+    import torch
+
+    from chunkstore.device.heap import DeviceBudget, default_budget
+
+    limit = options.heap_bytes if options.heap_bytes is not None else default_budget(torch, options.buffer_device)
+    return DeviceBudget(limit)
 
 
 def subspaces(space: spaces.Space) -> dict[Any, spaces.Space]:

@@ -12,7 +12,8 @@ defined once, in :mod:`sb3_integration.replay` and :mod:`sb3_integration.rollout
 ``sb3_integration.compat.CompressedReplayBuffer`` keep working).
 
 :class:`GpuReplayBuffer` and :class:`GpuRolloutBuffer` (sb3-extra-buffers'
-experimental GPU buffers) map onto the same buffers; see their docstrings.
+experimental GPU buffers) are the same buffers with ``buffer_device`` defaulting to
+``device``: frames stored, decoded and stacked on it; see their docstrings.
 The helpers :func:`find_buffer_dtypes`, :func:`find_smallest_dtype`,
 :func:`find_gpu_buffer_dtypes`, :func:`numpy_dtype_to_torch`, :func:`has_igzip`,
 :func:`has_numba` and :class:`DummyCls` behave like theirs; :func:`init_jit` warms
@@ -21,7 +22,6 @@ chunkstore's native read path.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 
-from chunkstore import Codec, DeviceTier
+from chunkstore import Codec
 from sb3_integration.extra_buffers import CodecFallbackWarning, resolve_compression_method
 from sb3_integration.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
 from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
@@ -172,8 +172,10 @@ class CompressedArray:
 # == sb3-extra-buffers' GPU buffer names ==================================================
 def _gpu_options(self: Any, device: Any, buffer_device: Any, heap_bytes: int | None,
                  max_slot_bytes: int | None) -> th.device:
+    """Check and keep sb3-extra-buffers' GPU arguments; the frames' device (default: ``device``)."""
     for name, value in (("heap_bytes", heap_bytes), ("max_slot_bytes", max_slot_bytes)):
-        if value is not None and (not isinstance(value, (int, np.integer)) or value <= 0):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                  or value <= 0):
             raise ValueError(f"{name} must be a positive int or None, got {value!r}")
     self.heap_bytes, self.max_slot_bytes = heap_bytes, max_slot_bytes
     from stable_baselines3.common.utils import get_device
@@ -182,17 +184,25 @@ def _gpu_options(self: Any, device: Any, buffer_device: Any, heap_bytes: int | N
 
 
 class GpuReplayBuffer(CompressedReplayBuffer):
-    """sb3-extra-buffers' ``GpuReplayBuffer``: :class:`CompressedReplayBuffer` with chunks on a device.
+    """sb3-extra-buffers' ``GpuReplayBuffer``: :class:`CompressedReplayBuffer` sampling on a device.
 
-    The compressed chunk bytes live in a :class:`chunkstore.DeviceTier` on
-    ``buffer_device`` (default: the buffer's ``device``); decoding runs on the
-    CPU (device-side decode is future work), so on CUDA each sampled chunk is
-    copied to the host first. The tier grows segment by segment and recycles
-    released ones, so there is no heap to size and none can fill up mid-training:
-    ``heap_bytes`` and ``max_slot_bytes`` are accepted (positive ints), kept as
-    attributes, and unneeded. A pickled or HDF5-loaded buffer holds its chunks in
-    RAM (pass ``tier=DeviceTier(...)`` to ``load`` to keep new chunks on a device).
-    The default ``compression_method`` is this package's (sb3-extra-buffers' is ``"none"``).
+    The observation frames are stored, decoded and stacked on ``buffer_device``
+    (default: the buffer's ``device``): this is ``CompressedReplayBuffer(...,
+    buffer_device=..., heap_bytes=...)``. Each frame is kept as runs of bytes that
+    differ from a reference frame (:mod:`chunkstore.device`; measured 290 B of device
+    memory per MsPacman transition, 192 per Pong one, ``tools/bench_device.py``); a
+    sample uploads one small index block and decodes and stacks its frames there, so
+    observations never pass through the host.
+    ``heap_bytes`` is the device budget for those frames (all keys together;
+    default half the free memory of a CUDA device, no limit elsewhere): past it
+    the oldest segments move to host RAM and are still read, so the buffer never
+    overflows. ``max_slot_bytes`` is accepted (a positive int) and kept: records
+    are small and fixed-size segments need no slot limit. SB3's actions, rewards
+    and dones stay on the host. ``load(path)`` puts the frames on ``buffer_device``
+    again (it defaults to ``device``); a pickle restores them where they were (host
+    memory, with a warning, if that device is missing). A ``tier`` cannot be given
+    (it places host chunks). The default ``compression_method`` is this package's
+    (sb3-extra-buffers' is ``"none"``); here it only encodes saved files and pickles.
 
     Examples
     --------
@@ -210,14 +220,12 @@ class GpuReplayBuffer(CompressedReplayBuffer):
                  compression_kwargs: dict[str, Any] | None = None,
                  decompression_kwargs: dict[str, Any] | None = None, output_dtype: str = "raw",
                  buffer_device: th.device | str | None = None, heap_bytes: int | None = None,
-                 max_slot_bytes: int | None = None, *, tier: Any = None, **store_options: Any) -> None:
-        self.buffer_device = _gpu_options(self, device, buffer_device, heap_bytes, max_slot_bytes)
-        if tier is None:
-            DeviceTier(self.buffer_device).close()  # fails now on an unavailable device
-            tier = functools.partial(DeviceTier, self.buffer_device)
+                 max_slot_bytes: int | None = None, **store_options: Any) -> None:
+        where = _gpu_options(self, device, buffer_device, heap_bytes, max_slot_bytes)
         super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
                          handle_timeout_termination, dtypes, normalize_images, compression_method,
-                         compression_kwargs, decompression_kwargs, output_dtype, tier=tier, **store_options)
+                         compression_kwargs, decompression_kwargs, output_dtype, buffer_device=where,
+                         heap_bytes=heap_bytes, **store_options)
 
     def _extra_file_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         kwargs, arrays = super()._extra_file_state()
@@ -225,12 +233,15 @@ class GpuReplayBuffer(CompressedReplayBuffer):
 
 
 class GpuRolloutBuffer(CompressedRolloutBuffer):
-    """sb3-extra-buffers' ``GpuRolloutBuffer``: :class:`CompressedRolloutBuffer` under its name.
+    """sb3-extra-buffers' ``GpuRolloutBuffer``: :class:`CompressedRolloutBuffer` sampling on a device.
 
-    ``buffer_device``, ``heap_bytes`` and ``max_slot_bytes`` are accepted and kept
-    as attributes. A rollout is rewritten every ``n_steps`` and read whole by
-    ``get()``, so its frames stay in host memory and sampled batches go to
-    ``device`` as in SB3 (keeping them on ``buffer_device`` is future work).
+    The observation frames are stored, decoded and stacked on ``buffer_device``
+    (default: the buffer's ``device``): ``CompressedRolloutBuffer(...,
+    buffer_device=..., heap_bytes=...)``; each ``get()`` batch of observations is
+    assembled there. ``heap_bytes`` is the device budget for the frames (past it
+    the oldest segments move to host RAM); ``max_slot_bytes`` is accepted (a
+    positive int) and kept. Actions, values, returns and advantages stay SB3's
+    host arrays.
 
     Examples
     --------
@@ -248,7 +259,7 @@ class GpuRolloutBuffer(CompressedRolloutBuffer):
                  decompression_kwargs: dict[str, Any] | None = None,
                  buffer_device: th.device | str | None = None, heap_bytes: int | None = None,
                  max_slot_bytes: int | None = None, **store_options: Any) -> None:
-        self.buffer_device = _gpu_options(self, device, buffer_device, heap_bytes, max_slot_bytes)
+        where = _gpu_options(self, device, buffer_device, heap_bytes, max_slot_bytes)
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs,
                          dtypes, normalize_images, compression_method, compression_kwargs,
-                         decompression_kwargs, **store_options)
+                         decompression_kwargs, buffer_device=where, heap_bytes=heap_bytes, **store_options)

@@ -55,6 +55,19 @@ padding) and reads every frame of a batch, for every kind of stack, with one
 :meth:`ChunkedArray.take_into` straight into the output stacks (channel-first or
 channel-last): one native call per batch.
 
+Frames on a device. With ``device`` (a torch device: ``"cuda"``, ``"cpu"``,
+``"meta"``) the frame array is a :class:`~chunkstore.device.DeviceArray` instead of a
+ChunkedArray: the same engine (streams, descriptors, dedup, ring, releases) writes
+it, and :meth:`FrameStore.gather` returns torch tensors on that device. The host
+computes the frame ids of a batch (:meth:`FrameStore.frame_ids`), the device
+decodes the frames and assembles the stacks (:mod:`sb3_integration.device_stacks`);
+no device data is read on the host. Its state (:meth:`FrameStore.state_dict`) holds
+the frames as a host snapshot encoded with ``codec``, so files and pickles are the
+same as a host store's, and :meth:`FrameStore.load_state_dict` puts them back on the
+device. ``device_budget`` caps the device bytes of record segments (an int, or a
+:class:`~chunkstore.device.heap.DeviceBudget` shared by several stores); past it the
+oldest segments move to host RAM and are still read.
+
 The buffers' seam. What a buffer asks of a frame store is :class:`FrameStoreAPI`
 (put a row, release, gather, clear, state in and out, close, sizes); the buffers
 call nothing else, so a second implementation plugs in without touching them.
@@ -78,6 +91,8 @@ import numpy as np
 
 from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
+from chunkstore.device import DeviceArray
+from sb3_integration.device_stacks import available_device, check_device, device_info, read_stacks
 from sb3_integration.frame_state import (
     FAR,
     UNWRITTEN,
@@ -120,7 +135,7 @@ _START_FRAMES_PER_ROW = 1.25
 _GROWTH = 1.5
 #: the config a store is rebuilt from (a pickle holds it beside the state)
 _CONFIG = ("obs_shape", "dtype", "n_rows", "n_envs", "stacks_per_row", "chunk_len", "codec", "tier", "cache",
-           "threads", "dedup", "axis_order", "name")
+           "threads", "dedup", "axis_order", "name", "device", "device_budget")
 
 
 class FrameStoreAPI(Protocol):
@@ -174,6 +189,14 @@ class FrameStore:
         Axes tried for stacking, best guess first (default: last, then 0).
     name
         Shown in errors and :meth:`info`.
+    device
+        None (default): frames in host memory (a ChunkedArray on ``tier``). A torch
+        device: frames in a :class:`~chunkstore.device.DeviceArray` there, and
+        :meth:`gather` returns tensors on it (``tier``, ``cache`` and ``threads`` then
+        do not apply; ``codec`` encodes the frames of a saved or pickled state).
+    device_budget
+        With ``device``: the most bytes of record segments kept on the device (an
+        int, a shared :class:`~chunkstore.device.heap.DeviceBudget`, or None: no limit).
 
     Examples
     --------
@@ -187,7 +210,7 @@ class FrameStore:
     True
     """
 
-    frames: ChunkedArray | None
+    frames: ChunkedArray | DeviceArray | None
     layout: StackLayout | None
     last: np.ndarray | None
 
@@ -207,6 +230,8 @@ class FrameStore:
         dedup: bool = True,
         axis_order: Sequence[int] = (-1, 0),
         name: str = "observations",
+        device: Any = None,
+        device_budget: Any = None,
     ) -> None:
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.dtype = np.dtype(dtype)
@@ -221,6 +246,7 @@ class FrameStore:
         self.dedup = bool(dedup) and bitwise_comparable(self.dtype)
         self.axis_order = tuple(axis_order)
         self.name = name
+        self.device, self.device_budget = check_device(device, self.dtype, name), device_budget
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
         self._closed = False
         self.__dict__.update(self._blank())
@@ -278,7 +304,11 @@ class FrameStore:
         L = self.chunk_len
         return -(-frames // L) * L
 
-    def _new_frames(self, layout: StackLayout, ring_frames: int) -> ChunkedArray:
+    def _new_frames(self, layout: StackLayout, ring_frames: int) -> ChunkedArray | DeviceArray:
+        if self.device is not None:
+            return DeviceArray(ring_frames * self.n_envs, layout.frame_shape, self.dtype, chunk_len=self.chunk_len,
+                               device=self.device, budget_bytes=self.device_budget, name=f"{self.name}.frames",
+                               max_open=self.n_envs + 1)
         own = callable(self.tier) and not isinstance(self.tier, Tier)
         tier = self.tier() if own else self.tier
         return ChunkedArray(
@@ -555,28 +585,32 @@ class FrameStore:
         ids[np.arange(k) < self.pads[which, rows, envs][:, None]] = -1
         return ids
 
-    def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[np.ndarray]:
+    def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[Any]:
         """Read several index sets in one pass over the chunks.
 
         Each request is ``(which, rows)``: ``which`` an int or an int array like
         ``rows``; ``rows`` and ``envs`` are 1-D, in range, of equal length.
         Returns one ``(len(envs), *obs_shape)`` array per request, in order,
-        each a C-contiguous slice of one output block read with one native call.
+        each a C-contiguous slice of one output block read with one native call;
+        with frames on a device, tensors there (one device read, no host reads).
         """
         with self._lock:
             self._check_open()
             lay = self.ensure_layout()
             n, m = len(envs), len(requests)
+            envs = np.asarray(envs, np.int64)
+            if m == 1:
+                which, rows = requests[0]
+            else:  # all requests in one vectorised pass
+                which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
+                for i, (w, r) in enumerate(requests):
+                    which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
+                envs = np.tile(envs, m)
+            if isinstance(self.frames, DeviceArray):
+                ids = self.frame_ids(which, rows, envs) if n else np.zeros((0, lay.depth), np.int64)
+                return read_stacks(self.frames, lay, ids, m)
             out = np.empty((m * n, *self.obs_shape), self.dtype)
             if n:
-                envs = np.asarray(envs, np.int64)
-                if m == 1:
-                    which, rows = requests[0]
-                else:  # all requests in one vectorised pass
-                    which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
-                    for i, (w, r) in enumerate(requests):
-                        which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
-                    envs = np.tile(envs, m)
                 assert self.frames is not None
                 self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
@@ -590,13 +624,27 @@ class FrameStore:
 
     @property
     def nbytes_stored(self) -> int:
-        """Compressed frames, open chunks, chunk table, descriptors, and stacks awaiting detection."""
+        """Compressed frames, open chunks, chunk table, descriptors, and stacks awaiting detection.
+
+        With frames on a device: the device bytes (records, references, read inbox) and
+        the frame array's host bytes (per-frame index, open chunks, spilled segments,
+        staging buffers, reference copies) instead of chunks and table.
+        """
         total = self.index_nbytes + sum(x.nbytes for _, _, x in self._pending)
-        if self.frames is not None:
+        if isinstance(self.frames, DeviceArray):
+            total += self.frames.nbytes + self.frames.host_nbytes
+        elif self.frames is not None:
             total += self.frames.cbytes + self.frames.table_nbytes
         return total
 
+    @property
+    def device_nbytes(self) -> int:
+        """Bytes of device memory the frames hold (0 for host frames)."""
+        return self.frames.nbytes if isinstance(self.frames, DeviceArray) else 0
+
     def info(self) -> dict[str, Any]:
+        if isinstance(self.frames, DeviceArray):
+            return device_info(self, self.frames)
         lay, arr = self.layout, self.frames
         return {
             "name": self.name,
@@ -616,6 +664,7 @@ class FrameStore:
             "nbytes_stored": self.nbytes_stored,
             "codec": arr.codec.name if arr else str(self.codec),
             "chunk_len": self.chunk_len,
+            "device": None if self.device is None else str(self.device),
         }
 
     # -- ownership -------------------------------------------------------------------
@@ -647,15 +696,23 @@ class FrameStore:
                 pads=self.pads.copy(), heads=self.heads.copy(), released=self.released.copy(),
                 last_slot=self.last_slot.copy(), last_pad=self.last_pad.copy(), has_last=self.has_last.copy(),
                 last=None if self.last is None else self.last.copy(), used=list(self.used),
-                frames=None if self.frames is None else self.frames.snapshot(),
+                frames=self._frames_snapshot(),
                 pending=[(w, r, x.copy()) for w, r, x in self._pending],
             )
+
+    def _frames_snapshot(self) -> ArraySnapshot | None:
+        """The frames now: a ChunkedArray's snapshot, or device frames encoded on the host with ``codec``."""
+        if isinstance(self.frames, DeviceArray):
+            return self.frames.snapshot(self.codec)  # type: ignore[no-any-return]
+        return None if self.frames is None else self.frames.snapshot()
 
     def load_state_dict(self, state: FrameStoreState) -> None:
         """Become ``state`` (from :meth:`state_dict`, a file or a pickle), in one step.
 
         A frames ChunkedArray in the state is adopted as it is (its tier with it); a
         snapshot or plain state is copied into a new array on this store's tier.
+        A store with ``device`` copies the frames of any of them onto the device
+        (a ChunkedArray given is read, not kept).
         Raises ValueError (and changes nothing) when the state does not fit.
         """
         check_state(state, obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
@@ -665,7 +722,9 @@ class FrameStore:
                                                 + 2 * self.chunk_len),
                     name=self.name)
         frames = state.frames
-        if isinstance(frames, ArraySnapshot):
+        if self.device is not None and frames is not None and state.layout is not None:
+            frames = self._device_frames(frames)
+        elif isinstance(frames, ArraySnapshot):
             own = callable(self.tier) and not isinstance(self.tier, Tier)
             tier = self.tier() if own else self.tier
             frames = ChunkedArray.from_state(frames, tier=tier, cache=self.cache)
@@ -689,10 +748,19 @@ class FrameStore:
             if old is not None and old is not self.frames:
                 old.close()
 
+    def _device_frames(self, frames: Any) -> DeviceArray:
+        """The frames of a state (ChunkedArray, snapshot or pickled state) copied onto the device."""
+        if isinstance(frames, DeviceArray):
+            return frames
+        # a ChunkedArray (a loaded file's) is read, not kept: not closed either, since the arrays of
+        # one file share its mapping; it is released with the last of them
+        return DeviceArray.from_state(frames, device=self.device, budget_bytes=self.device_budget,
+                                      name=f"{self.name}.frames", max_open=self.n_envs + 1)
+
     def share_cache(self, cache: LRUChunkCache | int) -> None:
-        """Use one shared decoded-chunk cache (after unpickling); 0 for none."""
+        """Use one shared decoded-chunk cache (after unpickling); 0 for none. Device frames have none."""
         self.cache = cache
-        if self.frames is not None:
+        if isinstance(self.frames, ChunkedArray):
             self.frames.cache = cache if isinstance(cache, LRUChunkCache) else None
 
     # -- pickling: compressed chunks and small arrays, through the state -------------
@@ -701,6 +769,7 @@ class FrameStore:
         config["tier"] = None  # a tier is live storage; the pickle holds the chunks themselves
         if isinstance(config["cache"], LRUChunkCache):
             config["cache"] = config["cache"].max_bytes
+        config["device"] = None if self.device is None else str(self.device)
         return config
 
     def __getstate__(self) -> dict[str, Any]:
@@ -710,5 +779,7 @@ class FrameStore:
     def __setstate__(self, data: dict[str, Any]) -> None:
         config, state = unpickle_state(data)
         init = {k: config.pop(k) for k in ("obs_shape", "dtype", "n_rows")}
+        config["device"] = available_device(config.get("device"), config.get("name", "observations"))
         self.__init__(**init, **config)  # type: ignore[misc]
         self.load_state_dict(state)
+

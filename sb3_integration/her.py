@@ -14,6 +14,11 @@ compressed Dict storage below it, so HER's ``super().add()`` stores compressed;
 a small intermediate class forwards the store options, which HER's constructor
 does not pass on.
 
+With ``buffer_device``, the ``observation`` key (and any other key but the goals) lives
+and is decoded on that device; ``achieved_goal`` and ``desired_goal`` stay in host
+memory, because SB3's HER code computes with them on the host (it samples new goals
+from stored achieved goals and passes them to the env's ``compute_reward``).
+
 ``save(path)`` / ``load(path, device=..., env=...)`` write and read one HDF5
 file (:mod:`sb3_integration.persistence`): besides the replay buffer, HER's
 ``ep_start``, ``ep_length``, ``_current_ep_start`` and, with
@@ -140,6 +145,10 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
         if saved["infos"] is not None:
             self.infos[pos] = saved["infos"]
 
+    def _device_keys(self) -> set[Any]:
+        # SB3's HER relabels goals and computes rewards with them on the host: they stay there
+        return set(self.observation_space.spaces) - {"achieved_goal", "desired_goal"}  # type: ignore[attr-defined]
+
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:  # type: ignore[override]
         """SB3's HER sample (real and relabelled halves), observations converted as sb3-extra-buffers'."""
         samples = super().sample(batch_size, env)
@@ -178,10 +187,12 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
     # -- HDF5 files ---------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str], device: Any = "auto", *, env: VecEnv | None = None,
-             lazy: bool = True, tier: Tier | None = None, verify: bool | None = None) -> CompressedHerReplayBuffer:
+             lazy: bool = True, tier: Tier | None = None, verify: bool | None = None,
+             buffer_device: Any = None, heap_bytes: int | None = None) -> CompressedHerReplayBuffer:
         """The buffer saved in ``path`` (see :meth:`sb3_integration.persistence.ReplayFiles.load`),
         with ``env`` set if given."""
-        buf = super().load(path, device, lazy=lazy, tier=tier, verify=verify)
+        buf = super().load(path, device, lazy=lazy, tier=tier, verify=verify, buffer_device=buffer_device,
+                           heap_bytes=heap_bytes)
         if env is not None:
             buf.set_env(env)
         return buf

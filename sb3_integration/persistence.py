@@ -413,12 +413,18 @@ class ReplayFiles:
         return arguments
 
     @classmethod
-    def from_state_dict(cls: type[B], state: ReplayState, *, device: Any = "auto", tier: Tier | None = None) -> B:
-        """A buffer that is ``state``; ValueError/TypeError when the state does not fit."""
+    def from_state_dict(cls: type[B], state: ReplayState, *, device: Any = "auto", tier: Tier | None = None,
+                        buffer_device: Any = None, heap_bytes: int | None = None) -> B:
+        """A buffer that is ``state``; ValueError/TypeError when the state does not fit.
+
+        ``buffer_device`` (and ``heap_bytes``) put its frames on a device, as the
+        constructor's options do; the state itself is the same either way.
+        """
         a = dict(state.arguments)
         rows, n_envs = int(a.pop("buffer_size")), int(a["n_envs"])
         obs_space = space_from_dict(a.pop("observation_space"))
         act_space = space_from_dict(a.pop("action_space"))
+        a.update({k: v for k, v in (("buffer_device", buffer_device), ("heap_bytes", heap_bytes)) if v is not None})
         buf = cls(rows * n_envs, obs_space, act_space, device=device, tier=tier, **a)  # type: ignore[call-arg]
         if not 0 <= state.pos < buf.buffer_size:
             raise ValueError(f"pos {state.pos} is outside 0..{buf.buffer_size - 1}")
@@ -485,7 +491,8 @@ class ReplayFiles:
 
     @classmethod
     def load(cls: type[B], path: str | os.PathLike[str], device: Any = "auto", *, lazy: bool = True,
-             tier: Tier | None = None, verify: bool | None = None) -> B:
+             tier: Tier | None = None, verify: bool | None = None, buffer_device: Any = None,
+             heap_bytes: int | None = None) -> B:
         """The buffer saved in ``path``, ready to sample and to keep adding to.
 
         Parameters
@@ -503,6 +510,13 @@ class ReplayFiles:
         verify
             None: check each chunk's CRC32 when loaded (eager) or first read (lazy);
             True: also check all of them up front when lazy; False: no checks.
+        buffer_device, heap_bytes
+            Put the observation frames on a torch device (``"cuda"``), as the constructor's
+            options of these names do: every frame chunk is decoded once and stored there,
+            and its part of the file is released (``lazy`` applies to the other arrays only;
+            ``tier`` cannot be combined with them). The file does not record where the buffer
+            that saved it kept its frames: without ``buffer_device`` they load into host memory
+            (a ``GpuReplayBuffer`` puts them on its ``device`` by default).
 
         Raises
         ------
@@ -514,7 +528,8 @@ class ReplayFiles:
         """
         state, store = read_replay(path, cls.__name__, lazy=lazy, tier=tier, verify=verify)
         try:
-            return cls.from_state_dict(state, device=device, tier=tier)
+            return cls.from_state_dict(state, device=device, tier=tier, buffer_device=buffer_device,
+                                       heap_bytes=heap_bytes)
         except ChunkstoreError:
             store.close()
             raise

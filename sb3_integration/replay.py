@@ -16,6 +16,17 @@ indexes as it indexes its arrays; during ``_get_samples`` the first read of a
 key fetches every stack the batch needs (obs and next obs) in one pass over
 the chunks, and the later reads are served from that pass.
 
+With ``buffer_device`` (a torch device) the observation frames live in device memory
+and a sample stays there: the host computes which frames the batch needs from its
+index, the device decodes them and assembles ``obs`` and ``next_obs`` stacks
+(:mod:`sb3_integration.device_stacks`), and ``to_torch`` hands those tensors over
+(moved only if ``device`` differs from ``buffer_device``). SB3's small arrays
+(actions, rewards, dones, timeouts) stay numpy arrays on the host and are copied to
+``device`` per sample, as SB3 copies them; ``heap_bytes`` caps the device bytes of
+the frames (older segments spill to host RAM). Reads outside a sample
+(``buffer.observations[...]``) return numpy copies, and so does a sample given a
+``VecNormalize`` env (its normalisation is numpy code).
+
 ``optimize_memory_usage`` is accepted with SB3's checks and sampled exactly as
 SB3 samples it (``observations[pos]`` reads as the latest next observation),
 but saves nothing here: frame dedup already stores ``next_obs[t] == obs[t+1]``
@@ -51,6 +62,7 @@ from sb3_integration._common import (
     DEFAULT_COMPRESSION,
     ObservationView,
     StoreOptions,
+    device_budget,
     pack_array,
     same_rows,
     stack_axis_order,
@@ -58,6 +70,7 @@ from sb3_integration._common import (
     unpack_array,
 )
 from sb3_integration.columns import SMALL_ARRAYS, Columns
+from sb3_integration.device_stacks import to_host
 from sb3_integration.errors import SpaceMismatchError, UsageAssertionError, UsageValueError
 from sb3_integration.extra_buffers import (
     convert_samples,
@@ -175,6 +188,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.frame_dedup = bool(frame_dedup)
         self._cache_bytes = options.cache_bytes
         cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
+        budget, on_device = device_budget(options), self._device_keys()
         self._stores = {
             key: FrameStore(
                 self._key_shape(key), sub.dtype, self.buffer_size, self.n_envs,
@@ -182,13 +196,19 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
                 tier=options.tier, cache=cache, threads=options.threads, dedup=self.frame_dedup,
                 axis_order=stack_axis_order(sub),
                 name="observations" if key is None else f"observations[{key}]",
+                device=options.buffer_device if key in on_device else None, device_budget=budget,
             )
             for key, sub in subspaces(self.observation_space).items()
         }
+        self.buffer_device = options.buffer_device
         self._plan: list[tuple[int, np.ndarray]] | None = None
         self._memo: dict[Any, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._owned: dict[int, np.ndarray] = {}  # batch arrays made in this call (kept alive: ids stay unique)
         self._make_views()
+
+    def _device_keys(self) -> set[Any]:
+        """Observation keys whose frames go to ``buffer_device`` (all of them; HER keeps its goals on the host)."""
+        return set(subspaces(self.observation_space))
 
     def _small_fields(self) -> dict[str, tuple[Any, tuple[int, ...]]]:
         """SB3's small arrays: dtype and shape after ``(buffer_size, n_envs)``."""
@@ -317,10 +337,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             return which, rows
         return hit.astype(np.intp), np.where(hit, (self.pos - 1) % self.buffer_size, rows)
 
-    def _read(self, key: Any, which: int, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
+    def _read(self, key: Any, which: int, rows: np.ndarray, envs: np.ndarray) -> Any:
         store = self._stores[key]
-        if self._plan is None:
-            return store.gather([self._remap(which, rows)], envs)[0]
+        if self._plan is None:  # not a sample: numpy, as SB3's arrays (a copy from the device)
+            return to_host(store.gather([self._remap(which, rows)], envs)[0])
         memo = self._memo.get(key)
         if memo is None:  # first read of this key in this batch: fetch the whole plan with it
             reqs = [(which, rows)] + [(w, r) for w, r in self._plan
@@ -338,16 +358,28 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         return out
 
     def to_torch(self, array: np.ndarray, copy: bool = True) -> th.Tensor:
-        # a batch array this buffer just made for this call is handed over without a second copy
+        # a batch array (or device tensor) this buffer just made for this call is handed over without a
+        # second copy: a tensor already on ``device`` as it is
         if self._owned.pop(id(array), None) is array:
             return th.as_tensor(array, device=self.device)
         return super().to_torch(array, copy=copy)  # type: ignore[misc]
+
+    def _normalize_obs(self, obs: Any, env: VecNormalize | None = None) -> Any:
+        # VecNormalize normalises numpy arrays: a sample with one reads device observations back
+        if env is not None:
+            obs = {k: to_host(v) for k, v in obs.items()} if isinstance(obs, dict) else to_host(obs)
+        return ReplayBuffer._normalize_obs(obs, env)
 
     # -- sizes -----------------------------------------------------------------------------
     @property
     def nbytes_stored(self) -> int:
         """Bytes holding the observations: compressed frames, open chunks, chunk tables, descriptors."""
         return sum(s.nbytes_stored for s in self._stores.values())
+
+    @property
+    def device_nbytes(self) -> int:
+        """Bytes of ``buffer_device`` memory holding observation frames (0 with host frames)."""
+        return sum(s.device_nbytes for s in self._stores.values())
 
     @property
     def nbytes_raw(self) -> int:
@@ -367,6 +399,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         info = {("observations" if k is None else k): s.info() for k, s in self._stores.items()}
         info["_totals"] = {
             "nbytes_stored": self.nbytes_stored,
+            "device_nbytes": self.device_nbytes,
             "nbytes_raw": self.nbytes_raw,
             "other_arrays_nbytes": self.small_nbytes,
             "transitions": self.size() * self.n_envs,  # type: ignore[attr-defined]
@@ -418,6 +451,9 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
         for store in self._stores.values():
             store.share_cache(cache)
+        # where the frames are now (a pickle from a CUDA machine loads into host memory without CUDA)
+        self.buffer_device = next((fs.device for fs in self._stores.values() if fs.device is not None), None)
+        self.store_options = dataclasses.replace(self.store_options, buffer_device=self.buffer_device)
         self._plan, self._memo, self._owned = None, {}, {}
         self._make_views()
 
@@ -514,7 +550,12 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         RAM; a pickled buffer loads into RAM), ``frame_dedup`` (False stores every observation
         whole), ``threads`` (threads sharing the chunks of one sample; default
         ``chunkstore.array.DEFAULT_THREADS``), ``small_arrays`` (``"raw"``: SB3's arrays,
-        ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on).
+        ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on),
+        ``buffer_device`` (None, the default: frames in host memory; a torch device such as
+        ``"cuda"``: frames stored, decoded and stacked there, samples never leave it; see the
+        module docstring) and ``heap_bytes`` (with ``buffer_device``: the most device bytes of
+        frame records, shared by all keys; default half a CUDA device's free memory, no limit
+        elsewhere; past it the oldest segments move to host RAM and are still read).
 
     Examples
     --------

@@ -18,12 +18,20 @@ only compressed chunks while a rollout is collected.
 Observations are returned exactly as SB3 2.9 returns them: in the observation
 space's dtype, bit for bit, with the same random-number use (SB3's own ``get()``
 runs unchanged; only ``reset``, ``add`` and ``_get_samples`` are replaced).
+
+With ``buffer_device`` (a torch device) the frames live in device memory and each
+``get()`` batch is decoded and stacked there (:mod:`sb3_integration.device_stacks`):
+the observations of a batch never pass through the host. Actions, values, log
+probabilities, advantages and returns stay SB3's host arrays and are copied to
+``device`` per batch, as SB3 copies them. ``heap_bytes`` caps the device bytes of the
+frames. Reading ``buffer.observations[...]`` directly returns numpy copies.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -40,9 +48,11 @@ from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     ObservationView,
     StoreOptions,
+    device_budget,
     stack_axis_order,
     subspaces,
 )
+from sb3_integration.device_stacks import to_host
 from sb3_integration.errors import RolloutNotFullError, UsageTypeError
 from sb3_integration.extra_buffers import convert_samples, describe, parse_extra_buffers_args
 from sb3_integration.frames import OBS, FrameStore
@@ -85,6 +95,8 @@ class _CompressedRolloutMixin(ClosableBuffer):
         chunk_len: int | None = None,
         frame_dedup: bool = True,
         threads: int | None = None,
+        buffer_device: Any = None,
+        heap_bytes: int | None = None,
         **unexpected: Any,
     ) -> None:
         """SB3's arguments, then sb3-extra-buffers' (its positional order), then store options.
@@ -93,7 +105,8 @@ class _CompressedRolloutMixin(ClosableBuffer):
         """
         if unexpected:  # worded as Python words it for SB3's class, with ours
             raise UsageTypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument "
-                                 f"{next(iter(unexpected))!r}", "the store options are chunk_len, frame_dedup, threads")
+                                 f"{next(iter(unexpected))!r}", "the store options are chunk_len, frame_dedup, threads, "
+                                 "buffer_device, heap_bytes")
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
         check_rollout_space(self)
         extra = parse_extra_buffers_args(
@@ -103,8 +116,10 @@ class _CompressedRolloutMixin(ClosableBuffer):
         self.store_options = StoreOptions.resolve(
             preset=None, compression_method=extra.compression_method,
             chunk_len=DEFAULT_ROLLOUT_CHUNK_LEN if chunk_len is None else chunk_len,
-            cache_bytes=0, tier=None, threads=threads,
+            cache_bytes=0, tier=None, threads=threads, buffer_device=buffer_device, heap_bytes=heap_bytes,
         )
+        self.buffer_device = self.store_options.buffer_device
+        self._sampling = False
         self.compression_method = get_codec(self.store_options.compression_method).name
         self.chunk_len = self.store_options.chunk_len
         self.frame_dedup = bool(frame_dedup)
@@ -114,12 +129,14 @@ class _CompressedRolloutMixin(ClosableBuffer):
 
     def _make_stores(self) -> None:
         opt = self.store_options
+        budget = device_budget(opt)
         self._stores = {
             key: FrameStore(
                 tuple(get_obs_shape(sub)), sub.dtype, max(self.buffer_size, 1), self.n_envs, stacks_per_row=1,
                 chunk_len=opt.chunk_len, codec=opt.compression_method, cache=0, threads=opt.threads,
                 dedup=self.frame_dedup, axis_order=stack_axis_order(sub),
                 name="observations" if key is None else f"observations[{key}]",
+                device=opt.buffer_device, device_budget=budget,
             )
             for key, sub in subspaces(self.observation_space).items()
         }
@@ -142,8 +159,18 @@ class _CompressedRolloutMixin(ClosableBuffer):
         for fs in self._stores.values():
             fs.close()
 
-    def _read(self, key: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
-        return self._stores[key].gather([(OBS, rows)], envs)[0]
+    def _read(self, key: Any, rows: np.ndarray, envs: np.ndarray) -> Any:
+        out = self._stores[key].gather([(OBS, rows)], envs)[0]
+        return out if self._sampling else to_host(out)  # outside a batch: numpy, as SB3's arrays
+
+    @contextmanager
+    def _batch(self) -> Iterator[None]:
+        """Inside: observation reads hand device tensors over as they are (a ``get()`` batch)."""
+        self._sampling = True
+        try:
+            yield
+        finally:
+            self._sampling = False
 
     def reset(self) -> None:
         check_rollout_allocation(self)  # SB3's allocations' errors (a Dict space, a negative size)
@@ -225,8 +252,11 @@ class _CompressedRolloutMixin(ClosableBuffer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("normalize_images", False)  # 0.1.0 pickles of the internal classes lack it
+        state["_sampling"] = False
         lead = state.pop("_lead", None)
         self.__dict__.update(state)
+        # where the frames are now (a pickle from a CUDA machine loads into host memory without CUDA)
+        self.buffer_device = next((fs.device for fs in self._stores.values() if fs.device is not None), None)
         self._make_views()
         if lead is None:
             return
@@ -268,6 +298,13 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
     threads
         Threads that share one batch's chunks (default ``chunkstore.array.DEFAULT_THREADS``: 2,
         or 1 on one core).
+    buffer_device
+        None (default): frames in host memory. A torch device (``"cuda"``): frames stored,
+        decoded and stacked there (see the module docstring).
+    heap_bytes
+        With ``buffer_device``: the most device bytes of frame records, shared by all keys
+        (default: half a CUDA device's free memory; no limit elsewhere); past it the oldest
+        segments move to host RAM and are still read.
 
     Examples
     --------
@@ -280,8 +317,9 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
     """
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> RolloutBufferSamples:
-        return self._converted(RolloutBufferSamples(self._obs_tensor(self.observations[batch_inds]),  # type: ignore[index]
-                                                    *_sample_fields(self, batch_inds)))
+        with self._batch():
+            obs = self._obs_tensor(self.observations[batch_inds])  # type: ignore[index]
+        return self._converted(RolloutBufferSamples(obs, *_sample_fields(self, batch_inds)))
 
 
 class CompressedDictRolloutBuffer(_CompressedRolloutMixin, DictRolloutBuffer):
@@ -304,8 +342,9 @@ class CompressedDictRolloutBuffer(_CompressedRolloutMixin, DictRolloutBuffer):
                      env: VecNormalize | None = None) -> DictRolloutBufferSamples:
         obs = self.observations
         assert isinstance(obs, dict)
-        return self._converted(DictRolloutBufferSamples(
-            {key: self._obs_tensor(v[batch_inds]) for key, v in obs.items()}, *_sample_fields(self, batch_inds)))
+        with self._batch():
+            tensors = {key: self._obs_tensor(v[batch_inds]) for key, v in obs.items()}
+        return self._converted(DictRolloutBufferSamples(tensors, *_sample_fields(self, batch_inds)))
 
 
 # == SB3's own handling of the non-observation fields ==================================

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer, RolloutBuffer
 
 import sb3_integration
-from chunkstore import CodecConfigError, DeviceTier, MemoryTier
+from chunkstore import CodecConfigError, MemoryTier
+from chunkstore.device import DeviceArray
 from sb3_integration import (
     CodecFallbackWarning,
     CompressedArray,
@@ -254,20 +255,23 @@ def test_options_survive_save_and_load(tmp_path):
 
 
 # -- GPU names -----------------------------------------------------------------------------------
-def test_gpu_replay_buffer_keeps_chunks_in_a_device_tier_and_never_fills_up():
+def test_gpu_replay_buffer_keeps_frames_on_its_device_and_never_fills_up():
     ref = ReplayBuffer(200, IMAGE, ACT, "cpu")
     ours = GpuReplayBuffer(200, IMAGE, ACT, "cpu", buffer_device="cpu", heap_bytes=1, chunk_len=4)
-    fill(ref, ours, n=500)  # far more than 1 byte of "heap", wrapping twice
-    tiers = {type(fs.frames.tier) for fs in ours.frame_stores.values()}
-    assert tiers == {DeviceTier}
+    fill(ref, ours, n=500)  # far more than 1 byte of heap, wrapping twice: every segment in host RAM
+    frames = [fs.frames for fs in ours.frame_stores.values()]
+    assert {type(f) for f in frames} == {DeviceArray} and {str(f.device) for f in frames} == {"cpu"}
+    assert all(f.info()["heap"]["segments_on_device"] == 0 for f in frames)
     for seed in range(3):
         assert same(sample(ref, seed), sample(ours, seed))
     assert ours.buffer_device == th.device("cpu") and ours.heap_bytes == 1
 
 
 def test_gpu_buffers_accept_their_arguments():
-    buf = GpuReplayBuffer(10, IMAGE, ACT, "cpu", tier=MemoryTier())
+    buf = GpuReplayBuffer(10, IMAGE, ACT, "cpu")
     assert buf.buffer_device == th.device("cpu") and buf.max_slot_bytes is None
+    with pytest.raises(ValueError, match="tier"):  # a tier places host chunks: the frames are on the device
+        GpuReplayBuffer(10, IMAGE, ACT, "cpu", tier=MemoryTier())
     with pytest.raises(ValueError, match="heap_bytes"):
         GpuReplayBuffer(10, IMAGE, ACT, "cpu", heap_bytes=0)
     roll = GpuRolloutBuffer(8, IMAGE, ACT, "cpu", buffer_device="cpu", max_slot_bytes=100)

@@ -475,7 +475,7 @@ def test_cuda_round_trip_and_no_syncs():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tool, header", [("bench_device_encodings", "Bytes per frame"),
-                                          ("bench_device", "Replay-shaped reads")])
+                                          ("bench_device", "Torch ops per sample")])
 def test_device_benchmarks_run(tool, header, tmp_path):
     import json
     import os

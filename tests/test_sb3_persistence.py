@@ -212,7 +212,8 @@ def test_saved_state_covers_every_attribute():
 
     from sb3_integration.frames import FrameStoreState
 
-    rebuilt = {"chunk_len", "codec", "tier", "cache", "threads", "axis_order", "name", "_lock", "_closed"}
+    rebuilt = {"chunk_len", "codec", "tier", "cache", "threads", "axis_order", "name", "_lock", "_closed",
+               "device", "device_budget"}  # where the frames live: the constructor's, not the state's
     derived = {"ring_frames"}  # from the frame array's capacity
     state_to_attr = {"pending": "_pending"}
     saved = {state_to_attr.get(f.name, f.name) for f in dataclasses.fields(FrameStoreState)} - derived
@@ -224,7 +225,8 @@ def test_saved_state_covers_every_attribute():
                     "handle_timeout_termination", "observation_space", "action_space", "device",
                     "compression_method", "chunk_len", "_cache_bytes", "frame_dedup", "_stores",
                     "store_options", "small_arrays", "_columns", "obs_shape", "action_dim", "observations",
-                    "next_observations", "_plan", "_memo", "_owned", "_lock", *replay._SMALL_ARRAYS}
+                    "next_observations", "_plan", "_memo", "_owned", "_lock", "buffer_device",
+                    *replay._SMALL_ARRAYS}
     # sb3-extra-buffers' options (sb3_integration.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
               "version"}

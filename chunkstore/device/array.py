@@ -19,6 +19,17 @@ Items are stored as their bytes, so every dtype round-trips bit-exactly (NaN
 payloads, ``-0.0``); a read views the bytes back as the dtype's torch
 counterpart, or returns the bytes (:meth:`DeviceArray.take_bytes`) for dtypes
 torch lacks.
+
+State in and out goes through a host :class:`~chunkstore.ChunkedArray`'s formats:
+:meth:`DeviceArray.snapshot` is an :class:`~chunkstore.array.ArraySnapshot` (chunks
+encoded with a host codec, bytes copied), :meth:`DeviceArray.from_state` builds an
+array from a snapshot, a ChunkedArray or its pickled state.
+
+Interrupts. Each item's entry (reference, record address, run and byte counts) is
+one row of one structured table, changed by one numpy assignment, and a chunk's new
+records are installed before the old ones are freed; a remap installs its new tables
+in one step. An exception at any line leaves every item reading as before or after;
+at worst some device bytes or a reference are never freed.
 """
 
 from __future__ import annotations
@@ -30,11 +41,12 @@ from typing import Any
 import numpy as np
 
 from chunkstore.casting import lossless_cast
-from chunkstore.device.batch import FreshRecords, upload_batch
+from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
 from chunkstore.device.dtypes import torch_dtype
-from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceHeap
-from chunkstore.device.persist import export_chunked, import_chunked
+from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceBudget, DeviceHeap
+from chunkstore.device.indices import check_index, normalize_indices, ranks
+from chunkstore.device.persist import export_chunked, host_array, import_chunked, snapshot_of
 from chunkstore.device.policy import WINDOW, ReferencePolicy
 from chunkstore.device.refs import ReferencePool
 from chunkstore.device.runs import RunFormat, encode_items
@@ -79,6 +91,8 @@ class DeviceArray:
         Most bytes of record segments kept on the device (None: no limit); past it
         the oldest segments move to host RAM and are still read (more slowly).
         References and the read inbox come on top; :attr:`nbytes` counts everything.
+        A :class:`~chunkstore.device.heap.DeviceBudget` is shared with the other
+        arrays given it (the limit holds for all of them together).
     name
         Shown in errors.
     max_open
@@ -106,7 +120,7 @@ class DeviceArray:
         *,
         chunk_len: int = DEFAULT_CHUNK_LEN,
         device: Any = "cpu",
-        budget_bytes: int | None = None,
+        budget_bytes: int | DeviceBudget | None = None,
         name: str | None = None,
         max_open: int = MAX_OPEN_CHUNKS,
         segment_bytes: int | None = None,
@@ -139,11 +153,9 @@ class DeviceArray:
         self._carrier = _carriers().get(self._tdtype, self._tdtype)
         wide = self._item_nbytes > 0xFFFF  # run and byte counts of larger items need 32 bits
         count_dtype = np.uint32 if wide else np.uint16
-        # per item: reference row, record address (virtual, -1: none), runs, value bytes
-        self._ref = np.zeros(self.capacity, np.int32)
-        self._addr = np.full(self.capacity, -1, np.int64)
-        self._nw = np.zeros(self.capacity, count_dtype)
-        self._nv = np.zeros(self.capacity, count_dtype)
+        # per item, one row: reference row, record address (virtual, -1: none), runs, value bytes
+        self._entry = np.dtype([("ref", np.int32), ("addr", np.int64), ("nw", count_dtype), ("nv", count_dtype)])
+        self._items = self._blank_items(self.capacity)
         self._stored = np.zeros(self.nchunks_total, bool)  # chunks sealed since their last discard
         self._open: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()  # rows, written
         if segment_bytes is None:  # small arrays get small segments; every segment holds 4+ records
@@ -163,6 +175,11 @@ class DeviceArray:
         self._lock = threading.RLock()
         self._closed = False
 
+    def _blank_items(self, n: int) -> np.ndarray:
+        items = np.zeros(n, self._entry)
+        items["addr"] = -1
+        return items
+
     # -- geometry and sizes -------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
@@ -177,6 +194,11 @@ class DeviceArray:
 
     def _rows(self, chunk: int) -> int:
         return min(self.chunk_len, self.capacity - chunk * self.chunk_len)
+
+    @property
+    def item_nbytes(self) -> int:
+        """Bytes of one raw item."""
+        return self._item_nbytes
 
     @property
     def nbytes(self) -> int:
@@ -196,8 +218,7 @@ class DeviceArray:
     @property
     def index_nbytes(self) -> int:
         """Host bytes of the per-item index (reference, address, counts) and chunk flags."""
-        return int(self._ref.nbytes + self._addr.nbytes + self._nw.nbytes + self._nv.nbytes
-                   + self._stored.nbytes)
+        return int(self._items.nbytes + self._stored.nbytes)
 
     @property
     def host_nbytes(self) -> int:
@@ -248,7 +269,7 @@ class DeviceArray:
         with self._lock:
             self._check_open()
             if isinstance(key, (int, np.integer)):  # the appender's case: one item
-                i = self._check_index(int(key))
+                i = check_index(int(key), self.capacity, self.name)
                 self._write_run(i, self._coerce(value, 1))
             elif isinstance(key, slice):
                 start, stop, step = key.indices(self.capacity)
@@ -275,7 +296,7 @@ class DeviceArray:
 
     def put(self, indices: Any, values: Any) -> None:
         """``self[indices[k]] = values[k]`` for an integer index array (the last write wins)."""
-        idx = self._normalize_indices(indices).reshape(-1)
+        idx = normalize_indices(indices, self.capacity, self.name).reshape(-1)
         vals = self._coerce(values, idx.size)
         if idx.size == 0:
             return
@@ -353,14 +374,16 @@ class DeviceArray:
         ids = c * self.chunk_len + rows
         if ids.size and self._item_nbytes:
             items = np.ascontiguousarray(vals).reshape(len(ids), -1).view(np.uint8)
-            before = int(self._ref[ids[0] - 1]) if ids[0] > 0 else 0
+            before = int(self._items["ref"][ids[0] - 1]) if ids[0] > 0 else 0
             refs = self._policy.choose(c, before, items)
             meta = encode_items(items, self._pool.host[refs], self.fmt, self._scratch_for(len(ids)))
-            addrs = self._heap.put(self._scratch, meta[:, 2])
+            new = np.empty(len(ids), self._entry)
+            new["ref"], new["nw"], new["nv"] = refs, meta[:, 0], meta[:, 1]
+            new["addr"] = self._heap.put(self._scratch, meta[:, 2])
             self._pool.incref(refs)
-            self._release(ids)
-            self._ref[ids], self._addr[ids] = refs, addrs
-            self._nw[ids], self._nv[ids] = meta[:, 0], meta[:, 1]
+            old = self._items[ids]
+            self._items[ids] = new  # the one step: the items read their new records from here
+            self._free_records(old)
         self._stored[c] = True
 
     def _scratch_for(self, n: int) -> np.ndarray:
@@ -369,16 +392,21 @@ class DeviceArray:
             self._scratch = np.empty(need, np.uint8)
         return self._scratch
 
-    def _record_sizes(self, ids: np.ndarray) -> np.ndarray:
+    def _record_sizes(self, entries: np.ndarray) -> np.ndarray:
         h = self.fmt.word_bytes
-        raw = h * self._nw[ids].astype(np.int64) + self._nv[ids]
+        raw = h * entries["nw"].astype(np.int64) + entries["nv"]
         return -(-raw // h) * h
+
+    def _free_records(self, entries: np.ndarray) -> None:
+        """The records and references of ``entries`` (rows no item holds any more) are dead."""
+        self._heap.release(entries["addr"], self._record_sizes(entries))
+        self._pool.decref(entries["ref"])
 
     def _release(self, ids: np.ndarray) -> None:
         """Items ``ids`` lose their records and references (they read as zeros)."""
-        self._heap.release(self._addr[ids], self._record_sizes(ids))
-        self._pool.decref(self._ref[ids])
-        self._ref[ids], self._addr[ids], self._nw[ids], self._nv[ids] = 0, -1, 0, 0
+        old = self._items[ids]
+        self._items[ids] = self._blank_items(1)  # one step: the items read as zeros from here
+        self._free_records(old)
 
     def flush(self) -> None:
         """Seal every open chunk and upload every record still on the host."""
@@ -439,19 +467,16 @@ class DeviceArray:
             keep = np.zeros(self.nchunks_total, bool)
             keep[src] = True
             self.discard_chunks(np.flatnonzero(self._stored & ~keep))
-            old_ids = np.repeat(src * L, rows_old) + _ranks(rows_old)
-            new_ids = np.repeat(dst * L, rows_new) + _ranks(rows_new)
-            tables = []
-            for old in (self._ref, self._addr, self._nw, self._nv):
-                new = np.full(capacity, -1, old.dtype) if old is self._addr else np.zeros(capacity, old.dtype)
-                new[new_ids] = old[old_ids]
-                tables.append(new)
+            old_ids = np.repeat(src * L, rows_old) + ranks(rows_old)
+            new_ids = np.repeat(dst * L, rows_new) + ranks(rows_new)
+            items = self._blank_items(capacity)
+            items[new_ids] = self._items[old_ids]
             stored = np.zeros(n_new, bool)
             stored[dst] = self._stored[src]
             moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
-            self._open = OrderedDict((moved[c], e) for c, e in self._open.items() if c in moved)
-            self._ref, self._addr, self._nw, self._nv = tables
-            self._stored, self.capacity = stored, capacity
+            opened = OrderedDict((moved[c], e) for c, e in self._open.items() if c in moved)
+            # one step: the tables, the open chunks and the capacity always agree
+            self.__dict__.update(_items=items, _stored=stored, capacity=capacity, _open=opened)
             self._policy.reset()
 
     def discard_chunks(self, chunks: np.ndarray) -> None:
@@ -532,29 +557,10 @@ class DeviceArray:
 
     def _upload_batch(self, ids: np.ndarray) -> tuple[Any, int, int]:
         """The batch's header and host-side records in the inbox (see :func:`upload_batch`)."""
-        fresh = self._encode_open(ids, ids >= 0)
-        return upload_batch(ids, (self._ref, self._nw, self._nv, self._addr), fresh, self._heap,
+        fresh = encode_open(self._open, ids, self.chunk_len, self.item_shape, self.dtype, self.fmt, self._scratch_for)
+        items = self._items
+        return upload_batch(ids, (items["ref"], items["nw"], items["nv"], items["addr"]), fresh, self._heap,
                             self.fmt, self._item_nbytes, self._staging.acquire())
-
-    def _encode_open(self, ids: np.ndarray, valid: np.ndarray) -> FreshRecords:
-        """Records of the items of ``ids`` written in open chunks, encoded now against the zero row."""
-        if not self._open:
-            return FreshRecords.none()
-        L = self.chunk_len
-        keys = np.fromiter(self._open, np.int64, len(self._open))
-        pos = np.flatnonzero(valid & np.isin(ids // L, keys))
-        if pos.size:
-            hit = np.array([self._open[int(i) // L][1][int(i) % L] for i in ids[pos].tolist()], bool)
-            pos = pos[hit]
-        if pos.size == 0:
-            return FreshRecords.none()
-        uniq, inv = np.unique(ids[pos], return_inverse=True)
-        items = np.empty((uniq.size, *self.item_shape), self.dtype)  # our dtype: concatenating
-        for k, i in enumerate(uniq.tolist()):  # would turn a non-native byte order native
-            items[k] = self._open[i // L][0][i % L]
-        items = np.ascontiguousarray(items).reshape(uniq.size, -1).view(np.uint8)
-        meta = encode_items(items, np.zeros_like(items), self.fmt, self._scratch_for(uniq.size))
-        return FreshRecords(pos, meta, inv, self._scratch[:int(meta[:, 2].sum())])
 
     # -- persistence hooks ------------------------------------------------------------------------
     def live_chunks(self) -> np.ndarray:
@@ -572,6 +578,18 @@ class DeviceArray:
             self._check_open()
             return export_chunked(self, codec, batch_items=batch_items, **kwargs)
 
+    def snapshot(self, codec: Any = None, *, batch_items: int = 4096) -> Any:
+        """This array's live items, now, as an :class:`~chunkstore.array.ArraySnapshot`.
+
+        The chunks are encoded with the host ``codec`` (ChunkedArray's default if None)
+        and their bytes copied, so the snapshot pins nothing and outlives the array.
+        It is what a host ChunkedArray's ``snapshot()`` is: files and pickles take it
+        as they take theirs. Device data is copied to the host here (the save path).
+        """
+        with self._lock:
+            self._check_open()
+            return snapshot_of(self, codec, batch_items=batch_items)
+
     @classmethod
     def from_chunked(cls, src: Any, *, device: Any = "cpu", batch_items: int = 4096,
                      **kwargs: Any) -> DeviceArray:
@@ -581,35 +599,24 @@ class DeviceArray:
         """
         out = cls(src.capacity, src.item_shape, src.dtype, chunk_len=src.chunk_len, device=device,
                   **kwargs)
-        import_chunked(out, src, batch_items=batch_items)
+        try:
+            import_chunked(out, src, batch_items=batch_items)
+        except BaseException:
+            out.close()  # its device memory goes back with the error
+            raise
         return out
 
-    # -- indices ---------------------------------------------------------------------------------
-    def _check_index(self, i: int) -> int:
-        if not -self.capacity <= i < self.capacity:
-            raise IndexError(f"index {i} is out of bounds for {self.name} of capacity {self.capacity}")
-        return i % self.capacity
+    @classmethod
+    def from_state(cls, state: Any, *, device: Any = "cpu", batch_items: int = 4096,
+                   **kwargs: Any) -> DeviceArray:
+        """A DeviceArray holding ``state``: an ArraySnapshot, a ChunkedArray's pickled state, or a ChunkedArray.
 
-    def _normalize_indices(self, indices: Any) -> np.ndarray:
-        idx = np.asarray(indices)
-        if idx.dtype == bool:
-            if idx.shape != (self.capacity,):
-                raise IndexError(f"boolean index of shape {idx.shape} does not match {self.capacity}")
-            return np.flatnonzero(idx)
-        if idx.size == 0:
-            return idx.astype(np.int64)
-        if idx.dtype.kind not in "iu":
-            raise IndexError(f"{self.name}: indices must be integers, got dtype {idx.dtype}")
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < -self.capacity or hi >= self.capacity:
-            bad = lo if lo < -self.capacity else hi
-            raise IndexError(f"index {bad} is out of bounds for {self.name} of capacity {self.capacity}")
-        idx = idx.astype(np.int64)
-        return idx + self.capacity * (idx < 0) if lo < 0 else idx
-
-
-def _ranks(counts: np.ndarray) -> np.ndarray:
-    """0..counts[i]-1 for every i, concatenated."""
-    counts = np.asarray(counts, np.int64)
-    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-
+        A ChunkedArray given is read, not kept (close it when done); the others are
+        decoded through a temporary host array.
+        """
+        src, temporary = host_array(state)
+        try:
+            return cls.from_chunked(src, device=device, batch_items=batch_items, **kwargs)
+        finally:
+            if temporary:
+                src.close()

@@ -11,6 +11,7 @@ space.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +19,10 @@ import numpy as np
 
 from chunkstore.device.decode import HEADER_ROWS
 from chunkstore.device.heap import DeviceHeap
-from chunkstore.device.runs import RunFormat
+from chunkstore.device.runs import RunFormat, encode_items
 from chunkstore.device.staging import StagingBuffer
 
-__all__ = ["FreshRecords", "upload_batch"]
+__all__ = ["FreshRecords", "encode_open", "upload_batch"]
 
 
 @dataclass
@@ -41,6 +42,34 @@ class FreshRecords:
     def none(cls) -> FreshRecords:
         empty = np.zeros(0, np.int64)
         return cls(empty, np.zeros((0, 3), np.int64), empty, np.zeros(0, np.uint8))
+
+
+def encode_open(open_chunks: dict[int, tuple[np.ndarray, np.ndarray]], ids: np.ndarray, chunk_len: int,
+                item_shape: tuple[int, ...], dtype: np.dtype, fmt: RunFormat,
+                scratch_for: Callable[[int], np.ndarray]) -> FreshRecords:
+    """Records of the items of ``ids`` written in open chunks, encoded now against the zero row.
+
+    ``open_chunks`` maps an open chunk to its raw rows and which of them were written;
+    ``scratch_for(n)`` gives a buffer for ``n`` records.
+    """
+    if not open_chunks:
+        return FreshRecords.none()
+    L = chunk_len
+    keys = np.fromiter(open_chunks, np.int64, len(open_chunks))
+    pos = np.flatnonzero((ids >= 0) & np.isin(ids // L, keys))
+    if pos.size:
+        hit = np.array([open_chunks[int(i) // L][1][int(i) % L] for i in ids[pos].tolist()], bool)
+        pos = pos[hit]
+    if pos.size == 0:
+        return FreshRecords.none()
+    uniq, inv = np.unique(ids[pos], return_inverse=True)
+    items = np.empty((uniq.size, *item_shape), dtype)  # our dtype: concatenating
+    for k, i in enumerate(uniq.tolist()):  # would turn a non-native byte order native
+        items[k] = open_chunks[i // L][0][i % L]
+    items = np.ascontiguousarray(items).reshape(uniq.size, -1).view(np.uint8)
+    scratch = scratch_for(uniq.size)
+    meta = encode_items(items, np.zeros_like(items), fmt, scratch)
+    return FreshRecords(pos, meta, inv, scratch[:int(meta[:, 2].sum())])
 
 
 def upload_batch(ids: np.ndarray, tables: tuple[np.ndarray, ...], fresh: FreshRecords,
@@ -85,5 +114,5 @@ def upload_batch(ids: np.ndarray, tables: tuple[np.ndarray, ...], fresh: FreshRe
         heap.pack(far, far_size, buf, head + far_off)
     buf[head + far_total:head + far_total + fresh.data.size] = fresh.data
     stage.upload(heap.bytes[inbox:inbox + total], total)
-    rows = heap.int64[inbox // 8:inbox // 8 + HEADER_ROWS * n]
-    return rows.view(HEADER_ROWS, n), int(nw.sum()), int(nv.sum())
+    on_device = heap.int64.as_strided((HEADER_ROWS, n), (n, 1), inbox // 8)  # one view op, not slice + view
+    return on_device, int(nw.sum()), int(nv.sum())

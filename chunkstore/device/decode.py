@@ -61,14 +61,17 @@ def decode(torch: Any, fmt: RunFormat, refs: Any, words: Any, heap: Any, header:
     Tensor ``(n, ...)`` like ``refs`` rows.
     """
     dev = heap.device
-    ref, nw, bases = header[0], header[1], header[2:]
+    # unbind and one slice rather than an indexing op per row: views cost a dispatch each too
+    ref, nw, *_ = header.unbind(0)
+    bases = header[2:]
     out = refs.index_select(0, ref)
     flat = out if out.dtype == torch.uint8 else out.view(torch.uint8)
     run_item = torch.repeat_interleave(nw, output_size=n_runs)
     per_run = bases.index_select(1, run_item)  # (3, runs): word, destination and source bases
-    word = words.index_select(0, per_run[0].add_(torch.arange(n_runs, device=dev))).long()
+    word_base, dest_base, _ = per_run.unbind(0)
+    word = words.index_select(0, word_base.add_(torch.arange(n_runs, device=dev))).long()
     length = (word >> fmt.pos_bits).bitwise_and_((1 << fmt.len_bits) - 1).add_(1)
-    per_run[1].add_(word.bitwise_and_((1 << fmt.pos_bits) - 1))  # + the run's skip
+    dest_base.add_(word.bitwise_and_((1 << fmt.pos_bits) - 1))  # + the run's skip
     value_run = torch.repeat_interleave(length, output_size=n_values)
     per_value = per_run[1:].index_select(1, value_run).add_(torch.arange(n_values, device=dev))
     dest, src = per_value.unbind(0)

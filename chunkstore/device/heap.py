@@ -10,18 +10,25 @@ All segments live in *one* device tensor, the arena (``slots * segment_bytes``
 bytes, then the *inbox*), so a record's device address is one integer and a batch
 reads every record with one gather, whatever segment it is in. The arena grows
 by a quarter at a time (a device copy, rare: the copies add up to about four times
-the final size, and a quarter is the most room left idle) up to ``budget_bytes``; past it, the oldest segment is
-copied to host RAM ("spilled") and its slot reused. A read still finds spilled
+the final size, and a quarter is the most room left idle) up to its budget; past it, the oldest segment is
+copied to host RAM ("spilled") and its slot reused. A budget is a byte count, or a
+:class:`DeviceBudget` that several heaps share (one buffer's observation keys): a heap
+grows while the shared budget has room and spills its own oldest segment when it has none. A read still finds spilled
 records: :meth:`DeviceHeap.pack` copies them (and any record of the current
 segment not uploaded yet) after the batch's header, and the whole block goes to
 the inbox in one upload, so the decoder sees one address space.
 
 Addresses handed out are *virtual*: ``segment id * segment_bytes + offset``; a
 spill moves a segment without changing them.
+
+Interrupts. State that must agree (the arena and its views; the current segment and
+what of it was uploaded) is installed in one step, so an exception at any line leaves
+every record readable; the worst it leaves is bytes nobody can free (a leak).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -29,7 +36,7 @@ import numpy as np
 from chunkstore.device.runs import copy_ranges
 from chunkstore.device.staging import StagingBuffer
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "DeviceHeap"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "DeviceBudget", "DeviceHeap", "default_budget"]
 
 #: 1 MiB: about 3,000 MsPacman frames; a spill moves this much at a time
 DEFAULT_SEGMENT_BYTES = 1 << 20
@@ -37,6 +44,66 @@ DEFAULT_SEGMENT_BYTES = 1 << 20
 _INBOX_START = 256 << 10
 #: arena sizes are multiples of this, so its int64 and word views cover it
 _ALIGN = 8
+
+
+class DeviceBudget:
+    """Bytes of device memory that several heaps may hold together.
+
+    Parameters
+    ----------
+    limit
+        The most bytes of segments all heaps drawing on it keep on the device
+        (None: no limit; 0: none, every segment lives in host RAM).
+
+    A pickled budget keeps its limit only: the heaps rebuilt with it count again.
+
+    Examples
+    --------
+    >>> budget = DeviceBudget(3 << 20)
+    >>> budget.take(1 << 20); budget.room()
+    2097152
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 0):
+            raise ValueError(f"a device budget must be an integer >= 0 or None, got {limit!r}")
+        self.limit = None if limit is None else int(limit)
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def room(self) -> int | None:
+        """Bytes still free under the limit (None: unlimited)."""
+        return None if self.limit is None else max(self.limit - self.used, 0)
+
+    def take(self, nbytes: int) -> None:
+        with self._lock:
+            self.used += int(nbytes)
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.used = max(self.used - int(nbytes), 0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"limit": self.limit}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["limit"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"DeviceBudget(limit={self.limit}, used={self.used})"
+
+
+def default_budget(torch: Any, device: Any) -> int | None:
+    """The budget used when none is given: half the free memory of a CUDA device, else no limit.
+
+    On CUDA the device's free memory is asked once, here (``torch.cuda.mem_get_info``),
+    never in a read. Other devices (cpu, meta, mps) report no free memory: no limit.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free) // 2
 
 
 class DeviceHeap:
@@ -53,8 +120,9 @@ class DeviceHeap:
     segment_bytes
         Bytes per segment (a multiple of 8); no record may be larger.
     budget_bytes
-        Most bytes of segments kept on the device (None: no limit). The inbox
-        comes on top. 0 keeps every segment in host RAM.
+        Most bytes of segments kept on the device: an int (None: no limit; 0 keeps
+        every segment in host RAM) or a :class:`DeviceBudget` shared with other
+        heaps. The inbox comes on top.
 
     Examples
     --------
@@ -66,14 +134,17 @@ class DeviceHeap:
     """
 
     def __init__(self, torch: Any, device: Any, word_dtype: Any, *,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, budget_bytes: int | None = None) -> None:
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 budget_bytes: int | DeviceBudget | None = None) -> None:
         if segment_bytes < _ALIGN or segment_bytes % _ALIGN:
             raise ValueError(f"segment_bytes must be a positive multiple of {_ALIGN}, got {segment_bytes}")
-        if budget_bytes is not None and budget_bytes < 0:
-            raise ValueError(f"budget_bytes must be >= 0 or None, got {budget_bytes}")
+        if not isinstance(budget_bytes, DeviceBudget):
+            if budget_bytes is not None and budget_bytes < 0:
+                raise ValueError(f"budget_bytes must be >= 0 or None, got {budget_bytes}")
+            budget_bytes = DeviceBudget(budget_bytes)
+        self.budget = budget_bytes
         self._torch, self.device, self._word_dtype = torch, device, word_dtype
         self.segment_bytes = int(segment_bytes)
-        self.max_slots = None if budget_bytes is None else int(budget_bytes) // self.segment_bytes
         # per segment id: device slot (-1: in host RAM), append cursor, live bytes, age
         self._slot = np.zeros(0, np.int64)
         self._fill = np.zeros(0, np.int64)
@@ -86,15 +157,26 @@ class DeviceHeap:
         self._cur = -1  # the segment being appended to
         self._uploaded = 0  # bytes of the current segment already on the device
         self._mirrors = [StagingBuffer(torch, device), StagingBuffer(torch, device)]
+        self.closed = False
         self._mirror: StagingBuffer | None = None  # the current segment's host bytes
         self._free_slots: list[int] = []
         self._nslots = 0
         self._inbox = 0
         self.spills = 0  # segments moved to host RAM so far
+        # the arena and its views (set together by _allocate)
         self.arena: Any = None
+        self.bytes: Any = None
+        self.words: Any = None
+        self.int64: Any = None
         self._allocate(0, _INBOX_START)
 
     # -- the arena ---------------------------------------------------------------------------
+    @property
+    def max_slots(self) -> int | None:
+        """The most slots this heap could have now (None: no limit)."""
+        room = self.budget.room()
+        return None if room is None else self._nslots + room // self.segment_bytes
+
     def _allocate(self, nslots: int, inbox: int) -> None:
         """A new arena of ``nslots`` slots and an inbox of ``inbox`` bytes; slots are copied over."""
         torch = self._torch
@@ -103,11 +185,13 @@ class DeviceHeap:
         if self.arena is not None and self._nslots:
             keep = self._nslots * self.segment_bytes
             arena[:keep].copy_(self.arena[:keep])
-        self._free_slots += list(range(self._nslots, nslots))
-        self.arena, self._nslots, self._inbox = arena, nslots, inbox
-        self.bytes = arena
-        self.words = arena.view(self._word_dtype)
-        self.int64 = arena.view(torch.int64)
+        grown = (nslots - self._nslots) * self.segment_bytes
+        # one step: the views, the sizes and the new free slots always describe one arena
+        self.__dict__.update(arena=arena, bytes=arena, words=arena.view(self._word_dtype),
+                             int64=arena.view(torch.int64), _nslots=nslots, _inbox=inbox,
+                             _free_slots=self._free_slots + list(range(self._nslots, nslots)))
+        if grown:
+            self.budget.take(grown)
 
     @property
     def inbox_offset(self) -> int:
@@ -165,16 +249,18 @@ class DeviceHeap:
         self._used[seg] = True
         self._clock += 1
         slot = self._take_slot()
-        self._slot[seg] = slot
-        self._cur, self._uploaded = seg, 0
         if slot >= 0:  # two mirrors in turn: one may still be uploading the last segment
-            self._mirrors.reverse()
-            self._mirror = self._mirrors[0]
-            self._mirror.host(self.segment_bytes)
+            mirror: StagingBuffer | None = self._mirrors[1]
+            assert mirror is not None
+            mirror.host(self.segment_bytes)
             self._host[seg] = None
         else:  # no device room at all (a zero budget): the segment lives in host RAM
-            self._mirror = None
+            mirror = None
             self._host[seg] = np.empty(self.segment_bytes, np.uint8)
+        self._slot[seg] = slot
+        # one step: a reader sees either no current segment or this one with nothing uploaded
+        self.__dict__.update(_cur=seg, _uploaded=0, _mirror=mirror,
+                             _mirrors=self._mirrors[::-1] if mirror is not None else self._mirrors)
 
     def _new_id(self) -> int:
         seg = self._slot.size
@@ -190,25 +276,29 @@ class DeviceHeap:
         """A free device slot: a recycled one, a new one (growing the arena), or a spilled one."""
         if self._free_slots:
             return self._free_slots.pop()
-        if self.max_slots is None or self._nslots < self.max_slots:
-            grow = max(self._nslots + 1, self._nslots * 5 // 4)  # a quarter more: little idle room
-            if self.max_slots is not None:
-                grow = min(grow, self.max_slots)
+        grow = max(self._nslots + 1, self._nslots * 5 // 4)  # a quarter more: little idle room
+        room = self.budget.room()
+        if room is not None:
+            grow = min(grow, self._nslots + room // self.segment_bytes)
+        if grow > self._nslots:
             self._allocate(grow, self._inbox)
             return self._free_slots.pop()
-        if self.max_slots == 0:
+        if not self._device_segments().size:  # no device room at all: host RAM only
             return -1
         return self._spill_oldest()
 
-    def _spill_oldest(self) -> int:
+    def _device_segments(self) -> np.ndarray:
         on_device = np.flatnonzero(self._used & (self._slot >= 0))
-        on_device = on_device[on_device != self._cur]
+        return on_device[on_device != self._cur]
+
+    def _spill_oldest(self) -> int:
+        on_device = self._device_segments()
         seg = int(on_device[np.argmin(self._born[on_device])])
         slot, fill = int(self._slot[seg]), int(self._fill[seg])
         # a device-to-host copy in the write path (never in a read): the writer waits for it
         host = np.empty(self.segment_bytes, np.uint8)
         host[:fill] = self._slot_view(slot, 0, fill).to("cpu", copy=True).numpy()
-        self._host[seg] = host
+        self._host[seg] = host  # first: until the next line, reads still find it on the device
         self._slot[seg] = -1
         self.spills += 1
         return slot
@@ -217,7 +307,7 @@ class DeviceHeap:
         """The current segment is full: upload what is left of it; recycle it if already dead."""
         self.flush()
         seg = self._cur
-        self._cur, self._mirror = -1, None
+        self.__dict__.update(_cur=-1, _mirror=None)
         if self._live[seg] == 0:
             self._free_segment(seg)
 
@@ -308,6 +398,7 @@ class DeviceHeap:
             "segment_bytes": self.segment_bytes,
             "slots": self._nslots,
             "max_slots": self.max_slots,
+            "budget_bytes": self.budget.limit,
             "segments_on_device": int(np.count_nonzero(used & (self._slot >= 0))),
             "segments_in_host_ram": int(np.count_nonzero(used & (self._slot < 0))),
             "spills": self.spills,
@@ -316,6 +407,10 @@ class DeviceHeap:
         }
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.budget.give(self._nslots * self.segment_bytes)
         for m in self._mirrors:
             m.release()
         self.arena = self.bytes = self.words = self.int64 = None

@@ -6,7 +6,8 @@ chunks are released.
 
 * :class:`MemoryTier` -- numpy segments in RAM.
 * :class:`DiskTier` -- segment files, ``pwrite`` in, zero-copy ``mmap`` out, bounded RSS.
-* :class:`DeviceTier` -- torch uint8 segments on ``cpu`` or ``cuda``.
+* :class:`DeviceTier` -- torch uint8 segments on ``cpu`` or ``cuda`` (storage only: chunks
+  are copied back and decoded on the host; GPU sampling is :mod:`chunkstore.device`).
 * :class:`HybridTier` -- newest segments in RAM under a budget, older ones spilled to disk.
 """
 

@@ -1,4 +1,11 @@
-"""DeviceTier: chunk bytes in torch uint8 tensors on a device (``cpu`` or ``cuda``)."""
+"""DeviceTier: compressed chunk bytes parked in torch uint8 tensors on a device (``cpu`` or ``cuda``).
+
+This is storage placement only, not GPU sampling: every read copies a chunk's bytes
+back to the host, where the host codec decodes it (on CUDA a device-to-host copy per
+chunk read). Use it to keep compressed chunks in spare device memory. For frames that
+are decoded and stacked on the device, with samples that never leave it, use a
+buffer's ``buffer_device`` option (:class:`chunkstore.device.DeviceArray`).
+"""
 
 from __future__ import annotations
 
@@ -29,12 +36,14 @@ def _import_torch() -> Any:
 
 
 class DeviceTier(SegmentedTier):
-    """Encoded chunks in torch uint8 segment tensors on ``device``.
+    """Encoded chunks in torch uint8 segment tensors on ``device`` (decoded on the host).
 
     On ``cpu``, ``get`` is a zero-copy read-only numpy view of the segment
     tensor. On ``cuda``, ``get`` copies the chunk to a fresh host array (a
-    shared staging buffer would be overwritten under a concurrent reader), and
-    ``get_tensor`` returns the device slice for decoders that run on the GPU.
+    shared staging buffer would be overwritten under a concurrent reader): the
+    ChunkedArray decodes it on the host like any tier's chunk. No decoder in
+    this package reads ``get_tensor``'s device slice; GPU sampling is
+    ``buffer_device`` (:mod:`chunkstore.device`), which does not use tiers.
     ``put`` copies host bytes through a pinned staging buffer on ``cuda``.
 
     Parameters
