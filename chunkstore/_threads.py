@@ -15,11 +15,11 @@ Two rules every multi-threaded read follows:
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 
 __all__ = ["pool", "submit", "wait_all"]
@@ -49,8 +49,15 @@ def submit(pool: ThreadPoolExecutor, futures: list[Future], fn: Callable[..., An
     whatever interrupts this call, no work runs that the caller does not wait for: a future
     the pool's own ``submit`` returned could be lost between its return and the append.
     """
-    futures.append(Future())
-    pool.submit(_run, futures[-1], fn, args)
+    future: Future = Future()
+    try:
+        futures.append(future)
+        pool.submit(_run, future, fn, args)
+    except BaseException:
+        # interrupted before the pool queued the work, or after: a cancelled future is done for
+        # wait_all either way, and a queued task whose future is cancelled never runs
+        future.cancel()
+        raise
 
 
 def _run(future: Future, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -78,9 +85,14 @@ def wait_all(futures: Iterable[Future]) -> None:
             if interrupted is not None:
                 for f in futures:
                     f.cancel()
-            if not [f for f in futures if not f.done()]:
+            pending = [f for f in futures if not f.done()]
+            if not pending:
                 break
-            concurrent.futures.wait(futures)
+            # one future at a time: concurrent.futures.wait() acquires every future's lock in a
+            # loop, and an interrupt inside that loop leaves some held, so the worker finishing
+            # that future blocks forever (a Ctrl-C in sample() hung the process that way)
+            with contextlib.suppress(CancelledError):
+                pending[0].exception()
         except BaseException as exc:
             interrupted = interrupted or exc
     if interrupted is not None:

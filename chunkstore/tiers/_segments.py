@@ -428,11 +428,12 @@ class SegmentedTier(Tier):
             seg.reset()
         else:
             self._make_room(cap, need)
-            seg = _Segment(self._next_id, cap)
+            with self._lock:  # the id is spent first: an allocation interrupted after it made
+                seg = _Segment(self._next_id, cap)  # a file never hands that name out again
+                self._next_id += 1
             self._allocate(seg)
             with self._lock:
                 self._segments[seg.id] = seg
-                self._next_id += 1
                 self._reserved += cap
         self._current = seg
         with self._lock:

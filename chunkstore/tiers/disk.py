@@ -63,13 +63,21 @@ class SegmentFile:
     def __init__(self, path: Path, capacity: int) -> None:
         self.path = path
         self.capacity = capacity
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
-        # an unlinked file keeps its disk space while a descriptor is open: close it
-        # when this object dies even if close() is never called
-        self._closer = weakref.finalize(self, os.close, self.fd)
         self._mmap: mmap.mmap | None = None
         self._array: np.ndarray | None = None
-        os.ftruncate(self.fd, capacity)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+        try:
+            # an unlinked file keeps its disk space while a descriptor is open: close it
+            # when this object dies even if close() is never called
+            self.fd = fd
+            self._closer = weakref.finalize(self, os.close, fd)
+            os.ftruncate(fd, capacity)
+        except BaseException:  # e.g. Ctrl-C or a full disk: no descriptor or file is left
+            if getattr(self, "_closer", None) is not None:
+                self._closer.detach()
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
 
     def write(self, src: np.ndarray, offset: int) -> None:
         view = src.data  # a flat uint8 memoryview (src is 1-D contiguous)

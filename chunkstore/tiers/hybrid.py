@@ -172,7 +172,7 @@ class HybridTier(SegmentedTier):
             seg.data.drop_pages()
             self._spare_files.setdefault(seg.capacity, []).append(seg.data)
         else:
-            del self._ram[seg.id]
+            self._ram.pop(seg.id, None)
             self._spare_ram.setdefault(seg.capacity, []).append(seg.data)
         seg.data = seg.ro = None
 
@@ -228,18 +228,24 @@ class HybridTier(SegmentedTier):
         """Move a live RAM segment to disk; return its array if nobody else holds it."""
         file = self._pop(self._spare_files, seg.capacity)
         if file is None:
-            file = self._dir.create(f"spill-{self._nfiles:06d}.bin", seg.capacity)
-            self._nfiles += 1
+            name = f"spill-{self._nfiles:06d}.bin"
+            self._nfiles += 1  # spent first: an interrupted create never hands the name out again
+            file = self._dir.create(name, seg.capacity)
             self._disk_nbytes += seg.capacity
-        # released chunks at the head need not be written, unless a snapshot pinned them
-        lo = 0 if self._pins else seg.lowest_live()
-        file.write(seg.data[lo:seg.fill], lo)
+        try:
+            # released chunks at the head need not be written, unless a snapshot pinned them
+            lo = 0 if self._pins else seg.lowest_live()
+            file.write(seg.data[lo:seg.fill], lo)
+        except BaseException:  # interrupted or a full disk: the segment stays in RAM, the file spare
+            self._spare_files.setdefault(seg.capacity, []).append(file)
+            raise
         arr = seg.data
         with self._lock:  # from here on readers get views of the file
+            # no call between the two: a Ctrl-C cannot leave a filed segment among the RAM ones
+            del self._ram[seg.id]
             seg.data, seg.ro = file, None
             self._storage_moved()
             shared = sys.getrefcount(arr) > _UNSHARED_REFS
-        del self._ram[seg.id]
         self.spills += 1
         if shared:
             self._ram_nbytes -= seg.capacity
