@@ -1,9 +1,11 @@
-"""The replay service on a two-node Ray cluster on this machine: a node goes away.
+"""The replay service on a Ray cluster of this machine's processes: a node goes away.
 
-Shard 1 lives on the second node (soft node affinity), with checkpoints and one
-restart allowed. When that node is removed, sampling goes on from shard 0 with one
-warning; Ray restarts shard 1 on the head node, it loads its checkpoint, its writer
-sends again what the checkpoint lacks, and every transition is back exactly once.
+Shard 1 is placed on the second node (a custom resource only that node has), with
+checkpoints and one restart allowed. When that node is removed, sampling goes on from
+shard 0 with one warning; a replacement node joins (as an autoscaler would bring one),
+Ray restarts shard 1 there, it loads its checkpoint, its writer sends again what the
+checkpoint lacks, and every transition is back exactly once. (Placement by resource, not
+by soft node affinity: under load a soft placement fell back to the head node.)
 A cluster of its own costs ~15 s, so this runs with the slow tests.
 """
 
@@ -42,30 +44,23 @@ def cluster():
     node2 = c.add_node(num_cpus=1, resources={"node2": 1})
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
-    # soft affinity falls back to the head until the second node takes work: wait for that
     probe = ray.remote(num_cpus=0, resources={"node2": 0.01})(lambda: ray.get_runtime_context().get_node_id())
-    assert ray.get(probe.remote(), timeout=60) == node2.node_id
-    procs = helpers.our_ray_processes()
+    assert ray.get(probe.remote(), timeout=60) == node2.node_id  # the second node takes work
     try:
         yield c, node2
     finally:
+        procs = helpers.our_ray_processes()  # the replacement node's included
         ray.shutdown()
         c.shutdown()
         assert not helpers.still_running(procs), "Ray processes outlived the tests"
 
 
 def test_a_removed_node_leaves_sampling_going_and_its_shard_comes_back(cluster, tmp_path):
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     c, node2 = cluster
     on_head = {"resources": {"head": 0.01}}
-    away = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node2.node_id, soft=True)}
-    for attempt in range(3):  # a soft placement may still land on the head: place it again
-        svc = ReplayService.create(f"cluster{attempt}", OBS, ACT, capacity=4000, n_shards=2, checkpoint_dir=str(tmp_path),
-                                   max_restarts=1, shard_options=[on_head, away], coordinator_options=on_head)
-        if svc.info()[1]["node"] == node2.node_id or attempt == 2:
-            break
-        svc.close()
+    on_node2 = {"resources": {"node2": 0.01}}
+    svc = ReplayService.create("cluster", OBS, ACT, capacity=4000, n_shards=2, checkpoint_dir=str(tmp_path),
+                               max_restarts=1, shard_options=[on_head, on_node2], coordinator_options=on_head)
     try:
         assert svc.info()[1]["node"] == node2.node_id
         steps = [helpers.stacked_steps(s, 150, 1, marker=s) for s in (1, 2)]
@@ -89,12 +84,13 @@ def test_a_removed_node_leaves_sampling_going_and_its_shard_comes_back(cluster, 
                 assert time.monotonic() < deadline, "the lost node was never noticed"
                 assert len(sampler.sample(32)["obs"]) == 32
         assert sum(issubclass(w.category, ShardUnavailableWarning) for w in caught) == 1
+        replacement = c.add_node(num_cpus=1, resources={"node2": 1})
         for w, s in zip(writers, steps, strict=True):
             for step in s[120:]:
                 w.add(*step)
             w.close()  # writer 1 waits for its shard's restart and sends again what it lacks
         info = svc.info()[1]
-        assert info["restored"] and info["node"] != node2.node_id
+        assert info["restored"] and info["node"] == replacement.node_id
         want = collections.Counter(r for s in steps for r in helpers.flat(s))
         got = collections.Counter()
         for i in range(2):
