@@ -224,6 +224,7 @@ class FrameStore:
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
         self._closed = False
         self.__dict__.update(self._blank())
+        _native_writer()  # loaded now, not in the middle of a first put (which would then take more steps)
         if not self.dedup or not self.obs_shape or not stack_candidates(self.obs_shape, self.axis_order):
             self._decide(StackLayout.whole(self.obs_shape))
 
@@ -334,14 +335,73 @@ class FrameStore:
             self._check_open()
             if self.layout is None:
                 self._put_pending(which, row, x)
-            else:
+            elif not self._put_native(row, (x,), (which,)):
                 self._put(which, row, x)
 
     def put_row(self, row: int, stacks: Sequence[np.ndarray]) -> None:
-        """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers."""
+        """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers.
+
+        Every env and every kind in one native call when it can (:mod:`sb3_integration._native_put`).
+        """
         with self._lock:
+            self._check_open()
+            if self.layout is not None and self._put_native(row, stacks, range(len(stacks))):
+                return
             for which, x in enumerate(stacks):
                 self.put(which, row, x)
+
+    def _put_native(self, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
+        """Store the row's stacks with one native call (:mod:`sb3_integration._native_put`); False if it cannot.
+
+        The call stops at a pair that needs Python (a chunk to open, the ring to grow, a far
+        delta); that pair is served here and the call goes on after it. Pairs already stored
+        are whole: an interrupt leaves this row torn, as the Python path does, and every other
+        row intact.
+        """
+        writer = self._row_writer()
+        if writer is None or len(stacks) > 2:
+            return False
+        if self.far and any((w, row, e) in self.far for w in range(1, self.stacks_per_row)
+                            for e in range(self.n_envs)):
+            return False  # the rare far deltas of this row are forgotten in Python
+        x0, x1, n_stacks = stacks[0], stacks[-1], len(stacks)
+        w0, w1 = whiches[0], whiches[-1]
+        stop = writer.put(self, row, x0, x1, w0, w1, n_stacks)
+        if stop >= 0:
+            self._put_rest(writer, row, stacks, whiches, stop)
+        self.used[w0] = self.used[w1] = True
+        return True
+
+    def _put_rest(self, writer: Any, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int],
+                  stop: int) -> None:
+        """Go on from pair ``stop``, where the native call stopped, until the row is stored."""
+        n_stacks, n_pairs = len(stacks), self.n_envs * len(stacks)
+        opened, at = 0, stop  # chunks opened for pair ``at`` (a stack of fresh frames may span two)
+        while 0 <= stop < n_pairs:
+            if stop != at:
+                opened, at = 0, stop
+            if writer.res[1] == writer.NEED_OPEN and opened < 2:
+                self.frames.writable_chunk(int(writer.res[2]))  # type: ignore[union-attr]
+                opened += 1  # then this pair again
+            else:
+                e, s = divmod(stop, n_stacks)
+                self._put_env(whiches[s], row, e, stacks[s][e])  # what only Python does
+                stop += 1
+                if stop == n_pairs:
+                    break
+            stop = writer.put(self, row, stacks[0], stacks[-1], whiches[0], whiches[-1], n_stacks, stop)
+
+    def _row_writer(self) -> Any:
+        """This store's native writer (built once per layout), or None: no native layer, or no open chunks."""
+        nat = _native_writer()
+        if nat is None or self.layout is None or not hasattr(self.frames, "open_chunks"):
+            return None
+        writer = self.__dict__.get("_writer")
+        if writer is None or writer.layout is not self.layout:
+            writer = nat.RowWriter(self.layout, self.obs_shape, self.dtype.itemsize, self.n_envs, self.chunk_len,
+                                   self.dedup, self.stacks_per_row)
+            self.__dict__["_writer"] = writer
+        return writer
 
     def _put_pending(self, which: int, row: int, x: np.ndarray) -> None:
         prev = self._pending[-1][2] if self._pending else None
@@ -357,31 +417,33 @@ class FrameStore:
             self._decide(StackLayout.whole(self.obs_shape))
 
     def _put(self, which: int, row: int, x: np.ndarray) -> None:
+        """The write path in Python, env by env (the reference the native path matches)."""
+        for e in range(self.n_envs):
+            self._put_env(which, row, e, x[e])
+        self.used[which] = True
+
+    def _put_env(self, which: int, row: int, e: int, xe: np.ndarray) -> None:
         lay, last = self.layout, self.last
         assert lay is not None and last is not None
         k = lay.depth
-        older, newer = lay.older, lay.newer
-        for e in range(self.n_envs):
-            xe = x[e]
-            if self.dedup and self.has_last[e]:
-                le = last[e]
-                if same(xe, le):
-                    self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
-                    continue
-                if k > 1 and same(xe[older], le[newer]):
-                    pad = max(int(self.last_pad[e]) - 1, 0)
-                    self.has_last[e] = False  # the stream moves: its last stack is stale until _remember
-                    self._append(e, lay.frames(xe, k - 1))
-                    self._remember(which, row, e, xe, pad)
-                    continue
-            xs = lay.frames(xe, 0)
-            pad = 0
-            while pad < k and is_zero(xs[pad]):
-                pad += 1
-            self.has_last[e] = False
-            self._append(e, xs[pad:])
-            self._remember(which, row, e, xe, pad)
-        self.used[which] = True
+        if self.dedup and self.has_last[e]:
+            le = last[e]
+            if same(xe, le):
+                self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
+                return
+            if k > 1 and same(xe[lay.older], le[lay.newer]):
+                pad = max(int(self.last_pad[e]) - 1, 0)
+                self.has_last[e] = False  # the stream moves: its last stack is stale until _remember
+                self._append(e, lay.frames(xe, k - 1))
+                self._remember(which, row, e, xe, pad)
+                return
+        xs = lay.frames(xe, 0)
+        pad = 0
+        while pad < k and is_zero(xs[pad]):
+            pad += 1
+        self.has_last[e] = False
+        self._append(e, xs[pad:])
+        self._remember(which, row, e, xe, pad)
 
     def _remember(self, which: int, row: int, e: int, x: np.ndarray, pad: int) -> None:
         newest = int(self.heads[e]) - 1
@@ -460,6 +522,9 @@ class FrameStore:
         """
         with self._lock:
             if self.layout is None or self.frames is None:
+                return
+            writer = self._row_writer()
+            if writer is not None and writer.release(self, row):
                 return
             k, L = self.layout.depth, self.chunk_len
             used = [w for w in range(self.stacks_per_row) if self.used[w]]
@@ -712,3 +777,23 @@ class FrameStore:
         init = {k: config.pop(k) for k in ("obs_shape", "dtype", "n_rows")}
         self.__init__(**init, **config)  # type: ignore[misc]
         self.load_state_dict(state)
+
+
+def _u8(x: np.ndarray) -> np.ndarray | None:
+    nat = _native_writer()
+    return None if nat is None else nat.as_u8(x)
+
+
+_WRITER: Any = None  # sb3_integration._native_put once imported
+
+
+def _native_writer() -> Any:
+    """The native write path's module when the native layer is available (not disabled), else None."""
+    global _WRITER
+    if not native.available():
+        return None
+    if _WRITER is None:
+        from sb3_integration import _native_put
+
+        _WRITER = _native_put
+    return _WRITER

@@ -246,9 +246,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
                 store.put_row(pos, (obs_in[key], next_in[key]))
             if self._columns is not None:
                 self._columns.write_row(pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
-            else:
-                for name, value in zip(_SMALL_ARRAYS, small, strict=False):
-                    getattr(self, name)[pos] = value
+            else:  # SB3's arrays, written as SB3 writes them (timeouts only when handled)
+                self.actions[pos], self.rewards[pos], self.dones[pos] = small[0], small[1], small[2]
+                if len(small) > 3:
+                    self.timeouts[pos] = small[3]
             self._advance(pos)
 
     def _advance(self, pos: int) -> None:

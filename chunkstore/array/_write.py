@@ -98,6 +98,40 @@ class WritePath(ArrayFields):
             self._maybe_train()
             self._dirty = False
 
+    # -- in-place appends (a native writer fills open chunks itself) ---------------------
+    def open_chunks(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(chunk index, buffer address)`` of every open chunk (int64 arrays).
+
+        An appender writes items straight into these buffers (C-contiguous,
+        ``chunk_rows(c)`` items each) while it holds the lock it shares with every
+        reader of this array, then calls :meth:`seal_full` for the chunks it filled.
+        The arrays are valid until the next call that opens, seals or frees a chunk.
+        """
+        return self._table.open_index()
+
+    def writable_chunk(self, c: int) -> np.ndarray:
+        """Chunk ``c`` open for writing in place (decoded first if it was stored); its buffer.
+
+        Opening it may seal the least recently written open chunk (``max_open``).
+        """
+        if not 0 <= c < self.nchunks_total:
+            raise IndexError(f"chunk {c} out of range for {self.name} ({self.nchunks_total} chunks)")
+        with self._lock:
+            self._begin()
+            buf = self._open_chunk(int(c))
+            self._dirty = False
+        return buf
+
+    def seal_full(self, chunks: Any) -> None:
+        """Seal each of ``chunks`` that is still open: an appender filled them in place."""
+        with self._lock:
+            self._begin()
+            open_now = self._table.open
+            for c in np.asarray(chunks, np.int64).tolist():
+                if c in open_now:
+                    self._seal(c)
+            self._dirty = False
+
     def flush(self) -> None:
         """Seal every open chunk."""
         with self._lock:
@@ -329,8 +363,10 @@ class WritePath(ArrayFields):
 
     def _free_chunk(self, c: int) -> None:
         """Chunk ``c`` is dead: neither open nor stored afterwards."""
-        self._table.pop_open(c)
-        if self._table.is_stored(c):
+        table = self._table
+        if c in table.open:  # (a pop of a chunk not open would still invalidate the open index)
+            table.pop_open(c)
+        if table.seg[c] >= 0:
             self._drop_sealed(c)
 
     def _release(self, ref: ChunkRef) -> None:

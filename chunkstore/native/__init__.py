@@ -98,6 +98,8 @@ def _load() -> _Native | None:
 
 def available() -> bool:
     """Whether batch reads run natively (loads the layer on first call)."""
+    if _loaded is not None and not _off:  # the common case, once per read or write: no call
+        return True
     return _load() is not None
 
 

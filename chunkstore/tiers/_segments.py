@@ -57,7 +57,7 @@ _RELEASED = -1
 class _Segment:
     """One segment: capacity, append cursor, its chunks' columns, and storage handles."""
 
-    __slots__ = ("capacity", "data", "fill", "id", "lens", "n", "nlive", "offs", "ro")
+    __slots__ = ("capacity", "data", "fill", "hint", "id", "lens", "n", "nlive", "offs", "ro")
 
     def __init__(self, seg_id: int, capacity: int) -> None:
         self.id = seg_id
@@ -68,6 +68,7 @@ class _Segment:
         self.lens = np.empty(8, dtype)  # their lengths; _RELEASED once released
         self.n = 0  # chunks recorded
         self.nlive = 0  # of which live
+        self.hint = 0  # where the next find looks first: a ring releases in the order it put
         self.data: Any = None  # writable storage, tier-specific
         self.ro: Any = None  # read handle, tier-specific
 
@@ -82,8 +83,13 @@ class _Segment:
 
     def find(self, offset: int) -> int:
         """The column index of the chunk recorded at ``offset``, or -1."""
-        i = int(np.searchsorted(self.offs[:self.n], offset))
-        return i if i < self.n and self.offs[i] == offset else -1
+        i = self.hint
+        if not (i < self.n and self.offs[i] == offset):  # FIFO releases hit the hint: no search
+            i = int(np.searchsorted(self.offs[:self.n], offset))
+            if not (i < self.n and self.offs[i] == offset):
+                return -1
+        self.hint = i + 1
+        return i
 
     def live_length(self, offset: int) -> int:
         i = self.find(offset)
@@ -92,7 +98,7 @@ class _Segment:
     def reset(self) -> None:
         """Every chunk is dead and the storage is about to be reused from its start."""
         self.fill = 0
-        self.n = self.nlive = 0
+        self.n = self.nlive = self.hint = 0
 
     def lowest_live(self) -> int:
         live = np.flatnonzero(self.lens[:self.n] != _RELEASED)
@@ -245,10 +251,14 @@ class SegmentedTier(Tier):
             return self._view(seg, offset, n)
 
     def release(self, ref: ChunkRef) -> None:
-        _, offset, n = ref
+        seg_id, offset, n = ref
         with self._lock:
-            seg = self._live_segment(ref)
-            seg.lens[seg.find(offset)] = _RELEASED  # the truth first: then the tallies
+            seg = self._segments.get(seg_id)
+            i = -1 if seg is None else seg.find(offset)
+            if seg is None or i < 0 or n < 0 or seg.lens[i] != n:
+                self._live_segment(ref)  # raises UnknownRefError, saying why
+                raise AssertionError(f"{ref!r} passed the check it failed")  # pragma: no cover
+            seg.lens[i] = _RELEASED  # the truth first: then the tallies
             seg.nlive -= 1
             self._used -= n
             self._nchunks -= 1
