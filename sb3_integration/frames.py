@@ -70,6 +70,8 @@ Reads and writes hold the store's lock in ``with`` blocks.
 
 from __future__ import annotations
 
+import math
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -112,6 +114,10 @@ __all__ = [
 
 #: kinds of stack a row can hold: the observation and the next observation
 OBS, NEXT = 0, 1
+#: gather's output blocks kept for reuse (a caller holding the previous batch while it samples the
+#: next needs two), and the largest kept: bigger reads (a whole buffer as an array) are not kept
+OUTPUT_BLOCKS = 3
+OUTPUT_BLOCK_MAX_BYTES = 64 << 20
 #: stacks kept as plain copies while the layout is undetected, at most
 DETECT_MAX_PUTS = 32
 #: frames per row the ring starts with: Atari stacks share all but one frame, and each
@@ -632,7 +638,7 @@ class FrameStore:
             self._check_open()
             lay = self.ensure_layout()
             n, m = len(envs), len(requests)
-            out = np.empty((m * n, *self.obs_shape), self.dtype)
+            out = self._output_block((m * n, *self.obs_shape))
             if n:
                 envs = np.asarray(envs, np.int64)
                 if m == 1:
@@ -645,6 +651,35 @@ class FrameStore:
                 assert self.frames is not None
                 self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
+
+    def _output_block(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A block for :meth:`gather`'s output: a reused one that nothing refers to any more, or a new one.
+
+        A sample that maps a fresh multi-MB block every call pays its page faults, and the
+        malloc thresholds glibc raises after freeing it move the learner's own allocations
+        too. The returned arrays are views of the block (SB3 turns them into tensors that
+        share it), so while any of them, or a tensor made from it, is alive the block has
+        more references than this store's and is not reused: reuse never aliases what a
+        caller holds. Up to :data:`OUTPUT_BLOCKS` blocks of at most
+        :data:`OUTPUT_BLOCK_MAX_BYTES` each are kept; larger reads get a fresh block.
+        """
+        nbytes = math.prod(shape) * self.dtype.itemsize
+        if nbytes > OUTPUT_BLOCK_MAX_BYTES:
+            return np.empty(shape, self.dtype)
+        blocks = self.__dict__.setdefault("_out_blocks", [])
+        block = _unheld(blocks, shape)
+        if block is not None:
+            return block
+        block = np.empty(shape, self.dtype)
+        if len(blocks) >= OUTPUT_BLOCKS:
+            blocks.pop(0)
+        blocks.append(block)
+        return block
+
+    @property
+    def output_nbytes(self) -> int:
+        """Bytes of the output blocks kept for reuse."""
+        return sum(b.nbytes for b in self.__dict__.get("_out_blocks", ()))
 
     # -- sizes -----------------------------------------------------------------------
     @property
@@ -660,6 +695,27 @@ class FrameStore:
         if self.frames is not None:
             total += self.frames.cbytes + self.frames.table_nbytes
         return total
+
+    def held_info(self) -> dict[str, int]:
+        """Every byte of this process's memory the store holds, by kind (:attr:`nbytes_held` sums them).
+
+        The frame array's (:meth:`ChunkedArray.held_info`: its tier with slack, open
+        chunks, spare buffers, chunk table), the descriptors and last stacks
+        (``index``), stacks awaiting layout detection, and the output blocks kept for
+        reuse by :meth:`gather`.
+        """
+        held = {"tier": 0, "open_chunks": 0, "spare_buffers": 0, "chunk_table": 0}
+        if self.frames is not None:
+            held.update(self.frames.held_info())
+        held["index"] = self.index_nbytes
+        held["pending"] = sum(x.nbytes for _, _, x in self._pending)
+        held["output_blocks"] = self.output_nbytes
+        return held
+
+    @property
+    def nbytes_held(self) -> int:
+        """What this store costs the process, slack, spare and output buffers included."""
+        return sum(self.held_info().values())
 
     def info(self) -> dict[str, Any]:
         lay, arr = self.layout, self.frames
@@ -679,6 +735,8 @@ class FrameStore:
             "index_nbytes": self.index_nbytes,
             "chunk_table_nbytes": arr.table_nbytes if arr else 0,
             "nbytes_stored": self.nbytes_stored,
+            "nbytes_held": self.nbytes_held,
+            "held": self.held_info(),
             "codec": arr.codec.name if arr else str(self.codec),
             "chunk_len": self.chunk_len,
         }
@@ -797,3 +855,21 @@ def _native_writer() -> Any:
 
         _WRITER = _native_put
     return _WRITER
+
+
+def _unheld(blocks: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray | None:
+    """The first block of ``shape`` that nothing but ``blocks`` refers to (no view, no tensor)."""
+    for block in blocks:
+        if block.shape == shape and sys.getrefcount(block) <= _UNHELD:
+            return block
+    return None
+
+
+def _references_in_loop(blocks: list[np.ndarray]) -> int:
+    for block in blocks:  # the same loop as _unheld: the list, the loop's name, getrefcount's argument
+        return sys.getrefcount(block)
+    return 0
+
+
+#: what sys.getrefcount says of a block only the list holds, measured (it differs between Pythons)
+_UNHELD = _references_in_loop([np.empty(0)])

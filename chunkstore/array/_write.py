@@ -25,7 +25,11 @@ from chunkstore.array._fields import ArrayFields
 from chunkstore.casting import lossless_cast
 from chunkstore.tiers import ChunkRef
 
-__all__ = ["WritePath"]
+__all__ = ["MAX_SPARE", "WritePath"]
+
+#: buffers of sealed chunks kept for the next open ones (an appender opens a chunk right after it
+#: seals one; more would only be held memory)
+MAX_SPARE = 2
 
 
 class WritePath(ArrayFields):
@@ -97,6 +101,29 @@ class WritePath(ArrayFields):
             self._raw_sealed += int(rows.sum()) * self._item_nbytes
             self._maybe_train()
             self._dirty = False
+
+    # -- what the write path holds ---------------------------------------------------------
+    def held_info(self) -> dict[str, int]:
+        """Every byte of this process's memory the array holds, by kind (``nbytes_held`` sums them).
+
+        ``tier``: when the array owns its tier, what the tier holds (segment storage in
+        RAM, live or slack or free, and its per-chunk columns); for a tier given to the
+        array (shared), only this array's encoded bytes, the tier's owner counts the rest.
+        ``open_chunks``: raw open chunks. ``spare_buffers``: buffers of sealed chunks kept
+        for the next open ones. ``chunk_table``: the per-chunk entries.
+        """
+        tier = self.tier
+        return {
+            "tier": int(tier.held_nbytes) if self.own_tier else self._cbytes_sealed,
+            "open_chunks": self._table.open_nbytes,
+            "spare_buffers": sum(b.nbytes for b in self._spare),
+            "chunk_table": self._table.nbytes,
+        }
+
+    @property
+    def nbytes_held(self) -> int:
+        """The sum of :meth:`held_info`: what the array costs this process, slack included."""
+        return sum(self.held_info().values())
 
     # -- in-place appends (a native writer fills open chunks itself) ---------------------
     def open_chunks(self) -> tuple[np.ndarray, np.ndarray]:
@@ -320,7 +347,7 @@ class WritePath(ArrayFields):
         buf = self._table.open[c]
         self._seal_from(c, buf)
         self._table.pop_open(c)
-        if len(buf) == self.chunk_len and len(self._spare) < self.max_open:
+        if len(buf) == self.chunk_len and len(self._spare) < MAX_SPARE:  # the next open chunk takes it
             self._spare.append(buf)
 
     def _seal_from(self, c: int, raw: np.ndarray) -> None:

@@ -48,9 +48,16 @@ import numpy as np
 from chunkstore.errors import TierFullError, UnknownRefError
 from chunkstore.tiers._base import ChunkRef, Tier
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "MAX_SEGMENT_BYTES", "MIN_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
 
 DEFAULT_SEGMENT_BYTES = 4 << 20
+#: adaptive segments (``segment_bytes=None``): about this many of them, each a power of two
+#: between the bounds below. What a ring holds beyond its live chunks is about one segment
+#: (the oldest one's released prefix and the newest one's unfilled rest), so a segment of
+#: ~1/256 of the tier keeps that slack near 0.5% of it at any size
+SEGMENTS_TARGET = 256
+MIN_SEGMENT_BYTES = 64 << 10
+MAX_SEGMENT_BYTES = 4 << 20
 _RELEASED = -1
 
 
@@ -147,13 +154,18 @@ class SegmentedTier(Tier):
         :class:`~chunkstore.errors.TierFullError` (free segments are dropped first).
     """
 
-    def __init__(self, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    #: whether :meth:`_reuse` leaves a free segment's storage where it was (its address holds)
+    _reuse_keeps_storage = False
+
+    def __init__(self, *, segment_bytes: int | None = DEFAULT_SEGMENT_BYTES,
                  max_bytes: int | None = None) -> None:
-        if segment_bytes < 1:
+        if segment_bytes is not None and segment_bytes < 1:
             raise ValueError(f"segment_bytes must be positive, got {segment_bytes}")
         if max_bytes is not None and max_bytes < 0:
             raise ValueError(f"max_bytes must be non-negative or None, got {max_bytes}")
-        self.segment_bytes = int(segment_bytes)
+        #: None: adaptive (:data:`SEGMENTS_TARGET`); the size of a regular segment otherwise
+        self.adaptive = segment_bytes is None
+        self.segment_bytes = MAX_SEGMENT_BYTES if segment_bytes is None else int(segment_bytes)
         self.max_bytes = None if max_bytes is None else int(max_bytes)
         self._lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}
@@ -342,6 +354,17 @@ class SegmentedTier(Tier):
         with self._lock:
             return sum(seg.nbytes for seg in self._segments.values())
 
+    @property
+    def ram_nbytes(self) -> int:
+        """Bytes of segment storage in this process's memory (every segment, for a RAM tier)."""
+        return self._reserved
+
+    @property
+    def held_nbytes(self) -> int:
+        """Segment storage in memory (live chunks, the slack around them, free segments kept
+        for reuse) plus the per-chunk columns."""
+        return self.ram_nbytes + self.table_nbytes
+
     def trim(self) -> int:
         """Drop the storage of every free segment; return the bytes given back."""
         with self._lock:
@@ -385,6 +408,7 @@ class SegmentedTier(Tier):
                 "used_nbytes": self._used,
                 "nchunks": self._nchunks,
                 "segment_bytes": self.segment_bytes,
+                "adaptive_segments": self.adaptive,
                 "max_bytes": self.max_bytes,
                 "nsegments": len(self._segments),
                 "nfree_segments": nfree,
@@ -420,14 +444,30 @@ class SegmentedTier(Tier):
         seg.fill = need
         return seg, 0
 
+    def _capacity_for(self, need: int) -> int:
+        """The capacity of a new segment that must hold a ``need``-byte chunk.
+
+        Fixed segments: ``segment_bytes``, or a whole number of them for a larger chunk.
+        Adaptive ones: the power of two at or below ``reserved / SEGMENTS_TARGET``, at least
+        one that holds four chunks of this size, within the bounds (a larger chunk gets a
+        whole number of the largest).
+        """
+        step = self.segment_bytes
+        if self.adaptive and need <= MAX_SEGMENT_BYTES // 4:
+            want = max(1 << max(self._reserved // SEGMENTS_TARGET, 1).bit_length() - 1,
+                       1 << (4 * need - 1).bit_length(), MIN_SEGMENT_BYTES)
+            return min(want, MAX_SEGMENT_BYTES)
+        return step if need <= step else -(-need // step) * step
+
     def _open_segment(self, need: int) -> _Segment:
         """Seal the append target and open another: a free one if any fits, else new."""
         self._recycle_deferred()
         self._seal_current()
-        cap = self.segment_bytes if need <= self.segment_bytes else (
-            -(-need // self.segment_bytes) * self.segment_bytes)
+        cap = self._capacity_for(need)
         with self._lock:
-            seg = self._pop_free(cap)
+            # an adaptive tier reuses any free segment the chunk fits in (earlier ones were smaller)
+            seg = self._pop_free(max(need, 1) if self.adaptive else cap)
+        moved = True
         if seg is not None:
             try:
                 self._reuse(seg)
@@ -436,6 +476,7 @@ class SegmentedTier(Tier):
                     self._free.setdefault(seg.capacity, []).append(seg)
                 raise
             seg.reset()
+            moved = not self._reuse_keeps_storage
         else:
             self._make_room(cap, need)
             seg = _Segment(self._next_id, cap)
@@ -445,8 +486,9 @@ class SegmentedTier(Tier):
                 self._next_id += 1
                 self._reserved += cap
         self._current = seg
-        with self._lock:
-            self._storage_moved()
+        if moved:  # a new segment, or storage that moved: the native read path's table is stale
+            with self._lock:
+                self._storage_moved()
         return seg
 
     def _seal_current(self) -> None:
