@@ -58,6 +58,7 @@ DEFAULT_SEGMENT_BYTES = 4 << 20
 SEGMENTS_TARGET = 256
 MIN_SEGMENT_BYTES = 64 << 10
 MAX_SEGMENT_BYTES = 4 << 20
+CHUNKS_PER_SEGMENT = 16
 _RELEASED = -1
 
 
@@ -448,14 +449,15 @@ class SegmentedTier(Tier):
         """The capacity of a new segment that must hold a ``need``-byte chunk.
 
         Fixed segments: ``segment_bytes``, or a whole number of them for a larger chunk.
-        Adaptive ones: the power of two at or below ``reserved / SEGMENTS_TARGET``, at least
-        one that holds four chunks of this size, within the bounds (a larger chunk gets a
-        whole number of the largest).
+        Adaptive ones: the power of two at or below ``reserved / SEGMENTS_TARGET``, but at
+        least one that holds :data:`CHUNKS_PER_SEGMENT` chunks of this size (the end of a
+        segment too short for the next chunk is lost: half a chunk per segment), within the
+        bounds (a larger chunk gets a whole number of the largest).
         """
         step = self.segment_bytes
-        if self.adaptive and need <= MAX_SEGMENT_BYTES // 4:
+        if self.adaptive and need <= MAX_SEGMENT_BYTES // CHUNKS_PER_SEGMENT:
             want = max(1 << max(self._reserved // SEGMENTS_TARGET, 1).bit_length() - 1,
-                       1 << (4 * need - 1).bit_length(), MIN_SEGMENT_BYTES)
+                       1 << (CHUNKS_PER_SEGMENT * need - 1).bit_length(), MIN_SEGMENT_BYTES)
             return min(want, MAX_SEGMENT_BYTES)
         return step if need <= step else -(-need // step) * step
 
