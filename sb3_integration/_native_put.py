@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -256,11 +257,9 @@ def release_bounds(row, depth, chunk_len, used, heads, released, slots, deltas, 
 class RowWriter:
     """One frame store's side of :func:`put_pairs`: its fixed parameters and scratch, per layout.
 
-    Built by the store when its layout is known; :meth:`put` is the store's fast path
+    Built by the store when its layout is known; :meth:`store` is the store's fast path
     (see :meth:`sb3_integration.frames.FrameStore.put_row`).
     """
-
-    NEED_OPEN = NEED_OPEN
 
     def __init__(self, layout: Any, obs_shape: tuple[int, ...], itemsize: int, n_envs: int, chunk_len: int,
                  dedup: bool, stacks_per_row: int) -> None:
@@ -285,6 +284,43 @@ class RowWriter:
         if self._last[0] is not last:
             self._last = (last, as_u8(last) if last.flags.c_contiguous else None)
         return self._last[1]
+
+    def store(self, fs: Any, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
+        """Store ``stacks[s]`` at ``[whiches[s], row]`` of frame store ``fs`` for every env; False if it cannot.
+
+        The native call stops at a pair that needs Python (a chunk to open, the ring to
+        grow, a far delta); that pair is served here (``fs.frames.writable_chunk``, or
+        ``fs._put_env``, the Python path) and the call goes on after it. Pairs already
+        stored are whole: an interrupt leaves this row torn, as the Python path does,
+        and every other row intact.
+        """
+        if len(stacks) > 2:
+            return False
+        if fs.far and any((w, row, e) in fs.far for w in range(1, fs.stacks_per_row) for e in range(fs.n_envs)):
+            return False  # the rare far deltas of this row are forgotten in Python
+        stop = self.put(fs, row, stacks[0], stacks[-1], whiches[0], whiches[-1], len(stacks))
+        if stop >= 0:
+            self._rest(fs, row, stacks, whiches, stop)
+        fs.used[whiches[0]] = fs.used[whiches[-1]] = True
+        return True
+
+    def _rest(self, fs: Any, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int], stop: int) -> None:
+        """Go on from pair ``stop``, where the native call stopped, until the row is stored."""
+        n_stacks, n_pairs = len(stacks), fs.n_envs * len(stacks)
+        opened, at = 0, stop  # chunks opened for pair ``at`` (a stack of fresh frames may span two)
+        while 0 <= stop < n_pairs:
+            if stop != at:
+                opened, at = 0, stop
+            if self.res[1] == NEED_OPEN and opened < 2:
+                fs.frames.writable_chunk(int(self.res[2]))
+                opened += 1  # then this pair again
+            else:
+                e, s = divmod(stop, n_stacks)
+                fs._put_env(whiches[s], row, e, stacks[s][e])  # what only Python does
+                stop += 1
+                if stop == n_pairs:
+                    break
+            stop = self.put(fs, row, stacks[0], stacks[-1], whiches[0], whiches[-1], n_stacks, stop)
 
     def put(self, fs: Any, row: int, x0: np.ndarray, x1: np.ndarray, w0: int, w1: int, nstacks: int,
             start: int = 0) -> int:

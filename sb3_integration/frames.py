@@ -70,8 +70,6 @@ Reads and writes hold the store's lock in ``with`` blocks.
 
 from __future__ import annotations
 
-import math
-import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -80,6 +78,7 @@ import numpy as np
 
 from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
+from sb3_integration._outputs import OutputBlocks
 from sb3_integration.frame_state import (
     FAR,
     UNWRITTEN,
@@ -114,10 +113,7 @@ __all__ = [
 
 #: kinds of stack a row can hold: the observation and the next observation
 OBS, NEXT = 0, 1
-#: gather's output blocks kept for reuse (a caller holding the previous batch while it samples the
-#: next needs two), and the largest kept: bigger reads (a whole buffer as an array) are not kept
-OUTPUT_BLOCKS = 3
-OUTPUT_BLOCK_MAX_BYTES = 64 << 20
+
 #: stacks kept as plain copies while the layout is undetected, at most
 DETECT_MAX_PUTS = 32
 #: frames per row the ring starts with: Atari stacks share all but one frame, and each
@@ -357,45 +353,9 @@ class FrameStore:
                 self.put(which, row, x)
 
     def _put_native(self, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
-        """Store the row's stacks with one native call (:mod:`sb3_integration._native_put`); False if it cannot.
-
-        The call stops at a pair that needs Python (a chunk to open, the ring to grow, a far
-        delta); that pair is served here and the call goes on after it. Pairs already stored
-        are whole: an interrupt leaves this row torn, as the Python path does, and every other
-        row intact.
-        """
+        """Store a row with one native call (:mod:`sb3_integration._native_put`); False if it cannot."""
         writer = self._row_writer()
-        if writer is None or len(stacks) > 2:
-            return False
-        if self.far and any((w, row, e) in self.far for w in range(1, self.stacks_per_row)
-                            for e in range(self.n_envs)):
-            return False  # the rare far deltas of this row are forgotten in Python
-        x0, x1, n_stacks = stacks[0], stacks[-1], len(stacks)
-        w0, w1 = whiches[0], whiches[-1]
-        stop = writer.put(self, row, x0, x1, w0, w1, n_stacks)
-        if stop >= 0:
-            self._put_rest(writer, row, stacks, whiches, stop)
-        self.used[w0] = self.used[w1] = True
-        return True
-
-    def _put_rest(self, writer: Any, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int],
-                  stop: int) -> None:
-        """Go on from pair ``stop``, where the native call stopped, until the row is stored."""
-        n_stacks, n_pairs = len(stacks), self.n_envs * len(stacks)
-        opened, at = 0, stop  # chunks opened for pair ``at`` (a stack of fresh frames may span two)
-        while 0 <= stop < n_pairs:
-            if stop != at:
-                opened, at = 0, stop
-            if writer.res[1] == writer.NEED_OPEN and opened < 2:
-                self.frames.writable_chunk(int(writer.res[2]))  # type: ignore[union-attr]
-                opened += 1  # then this pair again
-            else:
-                e, s = divmod(stop, n_stacks)
-                self._put_env(whiches[s], row, e, stacks[s][e])  # what only Python does
-                stop += 1
-                if stop == n_pairs:
-                    break
-            stop = writer.put(self, row, stacks[0], stacks[-1], whiches[0], whiches[-1], n_stacks, stop)
+        return writer is not None and bool(writer.store(self, row, stacks, whiches))
 
     def _row_writer(self) -> Any:
         """This store's native writer (built once per layout), or None: no native layer, or no open chunks."""
@@ -638,7 +598,8 @@ class FrameStore:
             self._check_open()
             lay = self.ensure_layout()
             n, m = len(envs), len(requests)
-            out = self._output_block((m * n, *self.obs_shape))
+            outputs = self.__dict__.get("_outputs") or self.__dict__.setdefault("_outputs", OutputBlocks())
+            out = outputs.take((m * n, *self.obs_shape), self.dtype)  # reused once no batch refers to it
             if n:
                 envs = np.asarray(envs, np.int64)
                 if m == 1:
@@ -652,34 +613,11 @@ class FrameStore:
                 self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
 
-    def _output_block(self, shape: tuple[int, ...]) -> np.ndarray:
-        """A block for :meth:`gather`'s output: a reused one that nothing refers to any more, or a new one.
-
-        A sample that maps a fresh multi-MB block every call pays its page faults, and the
-        malloc thresholds glibc raises after freeing it move the learner's own allocations
-        too. The returned arrays are views of the block (SB3 turns them into tensors that
-        share it), so while any of them, or a tensor made from it, is alive the block has
-        more references than this store's and is not reused: reuse never aliases what a
-        caller holds. Up to :data:`OUTPUT_BLOCKS` blocks of at most
-        :data:`OUTPUT_BLOCK_MAX_BYTES` each are kept; larger reads get a fresh block.
-        """
-        nbytes = math.prod(shape) * self.dtype.itemsize
-        if nbytes > OUTPUT_BLOCK_MAX_BYTES:
-            return np.empty(shape, self.dtype)
-        blocks = self.__dict__.setdefault("_out_blocks", [])
-        block = _unheld(blocks, shape)
-        if block is not None:
-            return block
-        block = np.empty(shape, self.dtype)
-        if len(blocks) >= OUTPUT_BLOCKS:
-            blocks.pop(0)
-        blocks.append(block)
-        return block
-
     @property
     def output_nbytes(self) -> int:
-        """Bytes of the output blocks kept for reuse."""
-        return sum(b.nbytes for b in self.__dict__.get("_out_blocks", ()))
+        """Bytes of the output blocks :meth:`gather` keeps for reuse (:mod:`sb3_integration._outputs`)."""
+        outputs = self.__dict__.get("_outputs")
+        return 0 if outputs is None else outputs.nbytes
 
     # -- sizes -----------------------------------------------------------------------
     @property
@@ -837,11 +775,6 @@ class FrameStore:
         self.load_state_dict(state)
 
 
-def _u8(x: np.ndarray) -> np.ndarray | None:
-    nat = _native_writer()
-    return None if nat is None else nat.as_u8(x)
-
-
 _WRITER: Any = None  # sb3_integration._native_put once imported
 
 
@@ -856,20 +789,3 @@ def _native_writer() -> Any:
         _WRITER = _native_put
     return _WRITER
 
-
-def _unheld(blocks: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray | None:
-    """The first block of ``shape`` that nothing but ``blocks`` refers to (no view, no tensor)."""
-    for block in blocks:
-        if block.shape == shape and sys.getrefcount(block) <= _UNHELD:
-            return block
-    return None
-
-
-def _references_in_loop(blocks: list[np.ndarray]) -> int:
-    for block in blocks:  # the same loop as _unheld: the list, the loop's name, getrefcount's argument
-        return sys.getrefcount(block)
-    return 0
-
-
-#: what sys.getrefcount says of a block only the list holds, measured (it differs between Pythons)
-_UNHELD = _references_in_loop([np.empty(0)])
