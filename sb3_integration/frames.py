@@ -608,7 +608,7 @@ class FrameStore:
                     which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
                     for i, (w, r) in enumerate(requests):
                         which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
-                    envs = np.tile(envs, m)
+                    envs = np.concatenate((envs,) * m)  # (np.tile's Python costs ~5 us a sample)
                 assert self.frames is not None
                 self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
