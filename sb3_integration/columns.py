@@ -124,6 +124,11 @@ class Columns:
         """Bytes held: compressed chunks, open chunks, chunk table."""
         return self.records.cbytes + self.records.table_nbytes
 
+    @property
+    def nbytes_held(self) -> int:
+        """What the records cost the process (their tier with its slack, open and spare chunks, table)."""
+        return self.records.nbytes_held
+
     def __getstate__(self) -> dict[str, Any]:
         # the records as plain state (bytes copied now): a caller holding its buffer's lock gets
         # this moment of them, not the one the pickler reaches later

@@ -92,6 +92,7 @@ import numpy as np
 from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
 from chunkstore.device import DeviceArray
+from sb3_integration._outputs import OutputBlocks
 from sb3_integration.device_stacks import available_device, check_device, device_info, read_stacks
 from sb3_integration.frame_state import (
     FAR,
@@ -127,6 +128,7 @@ __all__ = [
 
 #: kinds of stack a row can hold: the observation and the next observation
 OBS, NEXT = 0, 1
+
 #: stacks kept as plain copies while the layout is undetected, at most
 DETECT_MAX_PUTS = 32
 #: frames per row the ring starts with: Atari stacks share all but one frame, and each
@@ -250,6 +252,7 @@ class FrameStore:
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
         self._closed = False
         self.__dict__.update(self._blank())
+        _native_writer()  # loaded now, not in the middle of a first put (which would then take more steps)
         if not self.dedup or not self.obs_shape or not stack_candidates(self.obs_shape, self.axis_order):
             self._decide(StackLayout.whole(self.obs_shape))
 
@@ -364,14 +367,37 @@ class FrameStore:
             self._check_open()
             if self.layout is None:
                 self._put_pending(which, row, x)
-            else:
+            elif not self._put_native(row, (x,), (which,)):
                 self._put(which, row, x)
 
     def put_row(self, row: int, stacks: Sequence[np.ndarray]) -> None:
-        """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers."""
+        """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers.
+
+        Every env and every kind in one native call when it can (:mod:`sb3_integration._native_put`).
+        """
         with self._lock:
+            self._check_open()
+            if self.layout is not None and self._put_native(row, stacks, range(len(stacks))):
+                return
             for which, x in enumerate(stacks):
                 self.put(which, row, x)
+
+    def _put_native(self, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
+        """Store a row with one native call (:mod:`sb3_integration._native_put`); False if it cannot."""
+        writer = self._row_writer()
+        return writer is not None and bool(writer.store(self, row, stacks, whiches))
+
+    def _row_writer(self) -> Any:
+        """This store's native writer (built once per layout), or None: no native layer, or no open chunks."""
+        nat = _native_writer()
+        if nat is None or self.layout is None or not hasattr(self.frames, "open_chunks"):
+            return None
+        writer = self.__dict__.get("_writer")
+        if writer is None or writer.layout is not self.layout:
+            writer = nat.RowWriter(self.layout, self.obs_shape, self.dtype.itemsize, self.n_envs, self.chunk_len,
+                                   self.dedup, self.stacks_per_row)
+            self.__dict__["_writer"] = writer
+        return writer
 
     def _put_pending(self, which: int, row: int, x: np.ndarray) -> None:
         prev = self._pending[-1][2] if self._pending else None
@@ -387,31 +413,33 @@ class FrameStore:
             self._decide(StackLayout.whole(self.obs_shape))
 
     def _put(self, which: int, row: int, x: np.ndarray) -> None:
+        """The write path in Python, env by env (the reference the native path matches)."""
+        for e in range(self.n_envs):
+            self._put_env(which, row, e, x[e])
+        self.used[which] = True
+
+    def _put_env(self, which: int, row: int, e: int, xe: np.ndarray) -> None:
         lay, last = self.layout, self.last
         assert lay is not None and last is not None
         k = lay.depth
-        older, newer = lay.older, lay.newer
-        for e in range(self.n_envs):
-            xe = x[e]
-            if self.dedup and self.has_last[e]:
-                le = last[e]
-                if same(xe, le):
-                    self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
-                    continue
-                if k > 1 and same(xe[older], le[newer]):
-                    pad = max(int(self.last_pad[e]) - 1, 0)
-                    self.has_last[e] = False  # the stream moves: its last stack is stale until _remember
-                    self._append(e, lay.frames(xe, k - 1))
-                    self._remember(which, row, e, xe, pad)
-                    continue
-            xs = lay.frames(xe, 0)
-            pad = 0
-            while pad < k and is_zero(xs[pad]):
-                pad += 1
-            self.has_last[e] = False
-            self._append(e, xs[pad:])
-            self._remember(which, row, e, xe, pad)
-        self.used[which] = True
+        if self.dedup and self.has_last[e]:
+            le = last[e]
+            if same(xe, le):
+                self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
+                return
+            if k > 1 and same(xe[lay.older], le[lay.newer]):
+                pad = max(int(self.last_pad[e]) - 1, 0)
+                self.has_last[e] = False  # the stream moves: its last stack is stale until _remember
+                self._append(e, lay.frames(xe, k - 1))
+                self._remember(which, row, e, xe, pad)
+                return
+        xs = lay.frames(xe, 0)
+        pad = 0
+        while pad < k and is_zero(xs[pad]):
+            pad += 1
+        self.has_last[e] = False
+        self._append(e, xs[pad:])
+        self._remember(which, row, e, xe, pad)
 
     def _remember(self, which: int, row: int, e: int, x: np.ndarray, pad: int) -> None:
         newest = int(self.heads[e]) - 1
@@ -490,6 +518,9 @@ class FrameStore:
         """
         with self._lock:
             if self.layout is None or self.frames is None:
+                return
+            writer = self._row_writer()
+            if writer is not None and writer.release(self, row):
                 return
             k, L = self.layout.depth, self.chunk_len
             used = [w for w in range(self.stacks_per_row) if self.used[w]]
@@ -605,15 +636,22 @@ class FrameStore:
                 which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
                 for i, (w, r) in enumerate(requests):
                     which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
-                envs = np.tile(envs, m)
+                envs = np.concatenate((envs,) * m)  # (np.tile's Python costs ~5 us a sample)
             if isinstance(self.frames, DeviceArray):
                 ids = self.frame_ids(which, rows, envs) if n else np.zeros((0, lay.depth), np.int64)
                 return read_stacks(self.frames, lay, ids, m)
-            out = np.empty((m * n, *self.obs_shape), self.dtype)
+            outputs = self.__dict__.get("_outputs") or self.__dict__.setdefault("_outputs", OutputBlocks())
+            out = outputs.take((m * n, *self.obs_shape), self.dtype)  # reused once no batch refers to it
             if n:
                 assert self.frames is not None
                 self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
+
+    @property
+    def output_nbytes(self) -> int:
+        """Bytes of the output blocks :meth:`gather` keeps for reuse (:mod:`sb3_integration._outputs`)."""
+        outputs = self.__dict__.get("_outputs")
+        return 0 if outputs is None else outputs.nbytes
 
     # -- sizes -----------------------------------------------------------------------
     @property
@@ -642,6 +680,30 @@ class FrameStore:
         """Bytes of device memory the frames hold (0 for host frames)."""
         return self.frames.nbytes if isinstance(self.frames, DeviceArray) else 0
 
+    def held_info(self) -> dict[str, int]:
+        """Every byte of this process's memory the store holds, by kind (:attr:`nbytes_held` sums them).
+
+        The frame array's (:meth:`ChunkedArray.held_info`: its tier with slack, open
+        chunks, spare buffers, chunk table; frames on a device: the array's host bytes),
+        the descriptors and last stacks (``index``), stacks awaiting layout detection,
+        and the output blocks kept for reuse by :meth:`gather`. Device memory is
+        :attr:`device_nbytes`.
+        """
+        held = {"tier": 0, "open_chunks": 0, "spare_buffers": 0, "chunk_table": 0}
+        if isinstance(self.frames, DeviceArray):
+            held["tier"] = self.frames.host_nbytes
+        elif self.frames is not None:
+            held.update(self.frames.held_info())
+        held["index"] = self.index_nbytes
+        held["pending"] = sum(x.nbytes for _, _, x in self._pending)
+        held["output_blocks"] = self.output_nbytes
+        return held
+
+    @property
+    def nbytes_held(self) -> int:
+        """What this store costs the process, slack, spare and output buffers included."""
+        return sum(self.held_info().values())
+
     def info(self) -> dict[str, Any]:
         if isinstance(self.frames, DeviceArray):
             return device_info(self, self.frames)
@@ -662,6 +724,8 @@ class FrameStore:
             "index_nbytes": self.index_nbytes,
             "chunk_table_nbytes": arr.table_nbytes if arr else 0,
             "nbytes_stored": self.nbytes_stored,
+            "nbytes_held": self.nbytes_held,
+            "held": self.held_info(),
             "codec": arr.codec.name if arr else str(self.codec),
             "chunk_len": self.chunk_len,
             "device": None if self.device is None else str(self.device),
@@ -782,4 +846,19 @@ class FrameStore:
         config["device"] = available_device(config.get("device"), config.get("name", "observations"))
         self.__init__(**init, **config)  # type: ignore[misc]
         self.load_state_dict(state)
+
+
+_WRITER: Any = None  # sb3_integration._native_put once imported
+
+
+def _native_writer() -> Any:
+    """The native write path's module when the native layer is available (not disabled), else None."""
+    global _WRITER
+    if not native.available():
+        return None
+    if _WRITER is None:
+        from sb3_integration import _native_put
+
+        _WRITER = _native_put
+    return _WRITER
 

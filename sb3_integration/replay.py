@@ -266,9 +266,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
                 store.put_row(pos, (obs_in[key], next_in[key]))
             if self._columns is not None:
                 self._columns.write_row(pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
-            else:
-                for name, value in zip(_SMALL_ARRAYS, small, strict=False):
-                    getattr(self, name)[pos] = value
+            else:  # SB3's arrays, written as SB3 writes them (timeouts only when handled)
+                self.actions[pos], self.rewards[pos], self.dones[pos] = small[0], small[1], small[2]
+                if len(small) > 3:
+                    self.timeouts[pos] = small[3]
             self._advance(pos)
 
     def _advance(self, pos: int) -> None:
@@ -394,12 +395,26 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             return self._columns.nbytes
         return sum(getattr(self, n).nbytes for n in _SMALL_ARRAYS)
 
+    @property
+    def nbytes_held(self) -> int:
+        """Every byte of memory the buffer's storage holds: the observations' (each frame store's
+        :meth:`~sb3_integration.frames.FrameStore.held_info`: tiers with their slack, open and
+        spare chunks, tables, index, output blocks) and the small arrays' (with their slack)."""
+        small = self._columns.nbytes_held if self._columns is not None else self.small_nbytes
+        return sum(s.nbytes_held for s in self._stores.values()) + small
+
     def storage_info(self) -> dict[str, Any]:
-        """Per observation key (``"observations"`` for a non-Dict space): layout, bytes, codec."""
+        """Per observation key (``"observations"`` for a non-Dict space): layout, bytes, codec.
+
+        ``_totals`` adds ``nbytes_held``: what the buffer's storage costs the process (see
+        :attr:`nbytes_held`); ``nbytes_stored`` counts encoded chunks, open chunks, tables and
+        index only.
+        """
         info = {("observations" if k is None else k): s.info() for k, s in self._stores.items()}
         info["_totals"] = {
             "nbytes_stored": self.nbytes_stored,
             "device_nbytes": self.device_nbytes,
+            "nbytes_held": self.nbytes_held,
             "nbytes_raw": self.nbytes_raw,
             "other_arrays_nbytes": self.small_nbytes,
             "transitions": self.size() * self.n_envs,  # type: ignore[attr-defined]

@@ -237,6 +237,11 @@ class _CompressedRolloutMixin(ClosableBuffer):
         return sum(self.buffer_size * self.n_envs * math.prod(fs.obs_shape) * fs.dtype.itemsize
                    for fs in self._stores.values())
 
+    @property
+    def nbytes_held(self) -> int:
+        """Every byte of memory the observation storage holds (slack, spare and output buffers included)."""
+        return sum(fs.nbytes_held for fs in self._stores.values())
+
     def storage_info(self) -> dict[str, Any]:
         """Per observation key (``"observations"`` for a non-Dict space): layout, bytes, codec."""
         return {("observations" if k is None else k): fs.info() for k, fs in self._stores.items()}

@@ -63,7 +63,7 @@ class ChunkTable:
     (ChunkRef(segment=0, offset=128, nbytes=40), [1])
     """
 
-    __slots__ = ("_index", "capacity", "chunk_len", "entries", "len", "off", "open", "seg", "uid", "version")
+    __slots__ = ("_addr", "_index", "capacity", "chunk_len", "entries", "len", "off", "open", "seg", "uid", "version")
 
     def __init__(self, capacity: int, chunk_len: int) -> None:
         self.capacity = int(capacity)
@@ -75,6 +75,7 @@ class ChunkTable:
         self.seg, self.off = self.entries["seg"], self.entries["off"]
         self.len, self.version = self.entries["len"], self.entries["version"]
         self.open: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._addr: dict[int, int] = {}  # open chunk -> its buffer's address (a ctypes lookup costs ~1 us)
         self._index: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- geometry --------------------------------------------------------------------
@@ -129,12 +130,14 @@ class ChunkTable:
     # -- open chunks -------------------------------------------------------------------
     def set_open(self, c: int, buf: np.ndarray) -> None:
         self._index = None  # first: a read never sees an index older than the open set
+        self._addr[c] = buf.ctypes.data  # before the buffer is listed: an entry of open has its address
         self.open[c] = buf
         self._index = None
 
     def pop_open(self, c: int) -> np.ndarray | None:
         self._index = None
         buf = self.open.pop(c, None)
+        self._addr.pop(c, None)  # after: a listed chunk always has its address
         self._index = None
         return buf
 
@@ -147,7 +150,7 @@ class ChunkTable:
         index = self._index
         if index is None:
             chunks = np.fromiter(self.open.keys(), np.int64, len(self.open))
-            addrs = np.fromiter((b.ctypes.data for b in self.open.values()), np.int64, len(self.open))
+            addrs = np.fromiter(map(self._addr.__getitem__, self.open), np.int64, len(self.open))
             index = self._index = (chunks, addrs)
         return index
 
@@ -169,6 +172,7 @@ class ChunkTable:
         new.entries[dst] = self.entries[src]
         moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
         new.open = OrderedDict((moved[c], b) for c, b in self.open.items() if c in moved)
+        new._addr = {moved[c]: self._addr[c] for c in self.open if c in moved}
         return new
 
     def copy(self) -> ChunkTable:
@@ -179,4 +183,5 @@ class ChunkTable:
         new.seg, new.off = new.entries["seg"], new.entries["off"]
         new.len, new.version = new.entries["len"], new.entries["version"]
         new.open, new._index = OrderedDict(self.open), None
+        new._addr = dict(self._addr)
         return new

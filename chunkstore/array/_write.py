@@ -25,7 +25,11 @@ from chunkstore.array._fields import ArrayFields
 from chunkstore.casting import lossless_cast
 from chunkstore.tiers import ChunkRef
 
-__all__ = ["WritePath"]
+__all__ = ["MAX_SPARE", "WritePath"]
+
+#: buffers of sealed chunks kept for the next open ones (an appender opens a chunk right after it
+#: seals one; more would only be held memory)
+MAX_SPARE = 2
 
 
 class WritePath(ArrayFields):
@@ -96,6 +100,63 @@ class WritePath(ArrayFields):
             rows = np.minimum(self.chunk_len, self.capacity - chunks * self.chunk_len)
             self._raw_sealed += int(rows.sum()) * self._item_nbytes
             self._maybe_train()
+            self._dirty = False
+
+    # -- what the write path holds ---------------------------------------------------------
+    def held_info(self) -> dict[str, int]:
+        """Every byte of this process's memory the array holds, by kind (``nbytes_held`` sums them).
+
+        ``tier``: when the array owns its tier, what the tier holds (segment storage in
+        RAM, live or slack or free, and its per-chunk columns); for a tier given to the
+        array (shared), only this array's encoded bytes, the tier's owner counts the rest.
+        ``open_chunks``: raw open chunks. ``spare_buffers``: buffers of sealed chunks kept
+        for the next open ones. ``chunk_table``: the per-chunk entries.
+        """
+        tier = self.tier
+        return {
+            "tier": int(tier.held_nbytes) if self.own_tier else self._cbytes_sealed,
+            "open_chunks": self._table.open_nbytes,
+            "spare_buffers": sum(b.nbytes for b in self._spare),
+            "chunk_table": self._table.nbytes,
+        }
+
+    @property
+    def nbytes_held(self) -> int:
+        """The sum of :meth:`held_info`: what the array costs this process, slack included."""
+        return sum(self.held_info().values())
+
+    # -- in-place appends (a native writer fills open chunks itself) ---------------------
+    def open_chunks(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(chunk index, buffer address)`` of every open chunk (int64 arrays).
+
+        An appender writes items straight into these buffers (C-contiguous,
+        ``chunk_rows(c)`` items each) while it holds the lock it shares with every
+        reader of this array, then calls :meth:`seal_full` for the chunks it filled.
+        The arrays are valid until the next call that opens, seals or frees a chunk.
+        """
+        return self._table.open_index()
+
+    def writable_chunk(self, c: int) -> np.ndarray:
+        """Chunk ``c`` open for writing in place (decoded first if it was stored); its buffer.
+
+        Opening it may seal the least recently written open chunk (``max_open``).
+        """
+        if not 0 <= c < self.nchunks_total:
+            raise IndexError(f"chunk {c} out of range for {self.name} ({self.nchunks_total} chunks)")
+        with self._lock:
+            self._begin()
+            buf = self._open_chunk(int(c))
+            self._dirty = False
+        return buf
+
+    def seal_full(self, chunks: Any) -> None:
+        """Seal each of ``chunks`` that is still open: an appender filled them in place."""
+        with self._lock:
+            self._begin()
+            open_now = self._table.open
+            for c in np.asarray(chunks, np.int64).tolist():
+                if c in open_now:
+                    self._seal(c)
             self._dirty = False
 
     def flush(self) -> None:
@@ -286,7 +347,7 @@ class WritePath(ArrayFields):
         buf = self._table.open[c]
         self._seal_from(c, buf)
         self._table.pop_open(c)
-        if len(buf) == self.chunk_len and len(self._spare) < self.max_open:
+        if len(buf) == self.chunk_len and len(self._spare) < MAX_SPARE:  # the next open chunk takes it
             self._spare.append(buf)
 
     def _seal_from(self, c: int, raw: np.ndarray) -> None:
@@ -329,8 +390,10 @@ class WritePath(ArrayFields):
 
     def _free_chunk(self, c: int) -> None:
         """Chunk ``c`` is dead: neither open nor stored afterwards."""
-        self._table.pop_open(c)
-        if self._table.is_stored(c):
+        table = self._table
+        if c in table.open:  # (a pop of a chunk not open would still invalidate the open index)
+            table.pop_open(c)
+        if table.seg[c] >= 0:
             self._drop_sealed(c)
 
     def _release(self, ref: ChunkRef) -> None:

@@ -271,6 +271,11 @@ class FileTier(Tier):
     def used_nbytes(self) -> int:
         return self.writable.used_nbytes + self._file_live_nbytes
 
+    @property
+    def held_nbytes(self) -> int:
+        """Chunks still in the file are not memory: the writable tier's, and the file chunks' tables."""
+        return self.writable.held_nbytes + self._offsets.nbytes + self._checked.nbytes
+
     def close(self) -> None:
         """Stop reading the file; close the writable tier if this tier owns it."""
         self._closed = True

@@ -51,6 +51,9 @@ __all__ = [
 #: thread and 1.9x on two in one run, 2.17x and 1.89x in another (Pong: 1.77x, 1.75x), so
 #: it stays on one; sample(64) (512 items) 2.45x -> 1.81x (MsPacman), 1.53x -> 1.32x (Pong).
 PARALLEL_MIN_ITEMS = 512
+#: a read of this many items or more shares its chunks with one helper thread (the helper takes
+#: chunks one at a time while the caller does too, so a helper that starts late costs nothing)
+SHARED_MIN_ITEMS = 64
 
 _lock = threading.Lock()
 _loaded: Any = None  # the _Native instance once loaded
@@ -98,6 +101,8 @@ def _load() -> _Native | None:
 
 def available() -> bool:
     """Whether batch reads run natively (loads the layer on first call)."""
+    if _loaded is not None and not _off:  # the common case, once per read or write: no call
+        return True
     return _load() is not None
 
 
@@ -213,8 +218,8 @@ def gather(
     p[k.PREAD] = nat.zstd.pread
     seg, off, clen = table
     need = chunk_len * item_bytes
-    threads = min(int(threads), 1 + ids.size // PARALLEL_MIN_ITEMS)
-    if threads <= 1:  # the common case: one call, no pool, no plan round trip
+    threads = _threads_for(int(threads), ids.size)
+    if threads <= 1:  # one call, no pool, no plan round trip
         p[k.DCTX] = nat.zstd.dctx()
         status = getattr(nat.local, "status", None)
         if status is None:
@@ -224,29 +229,39 @@ def gather(
         return GatherResult(int(status[0]), int(status[1]), int(status[2]))
     order, starts = np.empty(ids.size, np.int64), np.empty(ids.size + 1, np.int64)
     starts = starts[: k.plan_groups(ids, chunk_len, order, starts) + 1]
-    nthreads = max(1, min(int(threads), len(starts) - 1))  # no more parts than distinct chunks
-    bounds = _split(starts, nthreads)
+    helpers = min(threads - 1, len(starts) - 2)  # no more threads than distinct chunks
+    next_group = np.zeros(1, np.int64)  # the groups are shared out one at a time, atomically
 
-    def run(part: int, _hold: Any = (dst, keep, spec, segs)) -> np.ndarray:
+    def run(_hold: Any = (dst, keep, spec, segs)) -> np.ndarray:
         pp = p.copy()
         pp[k.DCTX] = nat.zstd.dctx()
         status = np.zeros(3, np.int64)
-        k.gather_groups(ids, dst_off, order, starts, bounds[part], bounds[part + 1], pp, seg, off, clen, _plain(segs),
-                        open_chunks, open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
+        k.gather_shared(ids, dst_off, order, starts, next_group, pp, seg, off, clen, _plain(segs), open_chunks,
+                        open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
         return status
 
     futures: list[Future] = []
     try:
-        if nthreads > 1:
-            pool = _threads.pool("chunkstore-native", nthreads - 1)
-            for part in range(1, nthreads):
-                _threads.submit(pool, futures, run, part)
-        results = [run(0)]
+        if helpers > 0:
+            pool = _threads.pool("chunkstore-native", helpers)
+            for _ in range(helpers):
+                _threads.submit(pool, futures, run)
+        results = [run()]
     finally:  # also when interrupted: the workers write into dst, which must outlive them
+        for f in futures:
+            f.cancel()  # a helper that has not started has nothing left to take
         _threads.wait_all(futures)
-    results += [f.result() for f in futures]
+    results += [f.result() for f in futures if not f.cancelled()]
     bad = next((st for st in results if st[0] != 0), results[0])
     return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))
+
+
+def _threads_for(threads: int, items: int) -> int:
+    """Threads for a read of ``items`` items: the caller alone for small reads, one helper from
+    :data:`SHARED_MIN_ITEMS` on, one more per :data:`PARALLEL_MIN_ITEMS` items."""
+    if threads <= 1 or items < min(SHARED_MIN_ITEMS, PARALLEL_MIN_ITEMS):
+        return 1
+    return min(threads, 2 + items // PARALLEL_MIN_ITEMS)
 
 
 def item_placement(out: np.ndarray, lead: int, itemsize: int) -> tuple[np.ndarray, tuple[int, int, int]] | None:
@@ -280,13 +295,6 @@ def item_placement(out: np.ndarray, lead: int, itemsize: int) -> tuple[np.ndarra
 def _plain(a: np.ndarray) -> np.ndarray:
     """A base-class view (a subclass holding references would make the kernels compile anew)."""
     return a if type(a) is np.ndarray else a.view(np.ndarray)
-
-
-def _split(starts: np.ndarray, parts: int) -> list[int]:
-    """Group boundaries that give each part about the same number of items."""
-    targets = np.linspace(0, starts[-1], parts + 1)[1:-1]
-    cuts = np.searchsorted(starts, targets).tolist()
-    return [0, *cuts, len(starts) - 1]
 
 
 def _scratch(nat: _Native, nbytes: int) -> np.ndarray:

@@ -23,7 +23,7 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["NPARAMS", "RAW", "ZSTD", "gather_all", "gather_groups", "plan_groups"]
+__all__ = ["NPARAMS", "RAW", "ZSTD", "gather_all", "gather_groups", "gather_shared", "plan_groups"]
 
 
 # slots of the int64 parameter vector of gather_groups (module constants: numba
@@ -101,6 +101,18 @@ def _u8ptr(typingctx, addr):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+@intrinsic
+def _fetch_add(typingctx, addr, val):  # type: ignore[no-untyped-def]
+    """Atomically add ``val`` to the int64 at ``addr``; returns the value before (sequentially consistent)."""
+    sig = types.int64(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.atomic_rmw("add", ptr, args[1], "seq_cst")
+
+    return sig, codegen
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _copy_item(dst, src, nruns, run, stride):  # type: ignore[no-untyped-def]
     if nruns == 1:
@@ -153,6 +165,63 @@ def plan_groups(ids, chunk_len, order, starts):  # type: ignore[no-untyped-def]
     return ng
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr, work,
+                 cwork, cbuf_size, status):  # type: ignore[no-untyped-def]
+    """Serve group ``g`` of a plan; False (``status`` set) on the first failure."""
+    chunk_len, capacity, item = p[CHUNK_LEN], p[CAPACITY], p[ITEM_BYTES]
+    nruns, run, stride, dst = p[NRUNS], p[RUN], p[STRIDE], p[DST]
+    s0, s1 = starts[g], starts[g + 1]
+    first = ids[order[s0]]
+    if first < 0:
+        for t in range(s0, s1):
+            _zero_item(dst + dst_off[order[t]], nruns, run, stride)
+        return True
+    c = first // chunk_len
+    base = 0
+    sg = seg[c]
+    if sg >= 0:
+        n = np.int64(clen[c])
+        if sg >= segs.shape[1]:
+            status[0], status[1], status[2] = NO_ADDRESS, c, sg
+            return False
+        if segs[0, sg] != 0:
+            src = segs[0, sg] + off[c]
+        elif segs[1, sg] >= 0 and n <= cbuf_size:
+            got = _call4(p[PREAD], segs[1, sg], cwork, n, off[c])
+            if got != n:
+                status[0], status[1], status[2] = READ_ERROR, c, got
+                return False
+            src = cwork
+        else:
+            status[0], status[1], status[2] = NO_ADDRESS, c, sg
+            return False
+        want = min(chunk_len, capacity - c * chunk_len) * item
+        if p[KIND] == RAW:
+            if n != want:
+                status[0], status[1], status[2] = WRONG_SIZE, c, n
+                return False
+            base = src
+        else:
+            got = _call6(p[FN], p[DCTX], work, want, src, n, p[DDICT])
+            if got != want:  # zstd errors are huge size_t values: negative here
+                status[0], status[1], status[2] = (DECODE_ERROR if got < 0 else WRONG_SIZE), c, got
+                return False
+            base = work
+    else:
+        for k in range(open_chunks.size):
+            if open_chunks[k] == c:
+                base = open_addr[k]
+                break
+    for t in range(s0, s1):
+        i = order[t]
+        if base == 0:
+            _zero_item(dst + dst_off[i], nruns, run, stride)
+        else:
+            _copy_item(dst + dst_off[i], base + (ids[i] - c * chunk_len) * item, nruns, run, stride)
+    return True
+
+
 @njit(nogil=True, cache=True)
 def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
                   open_chunks, open_addr, scratch, cbuf, status):  # type: ignore[no-untyped-def]
@@ -165,60 +234,40 @@ def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
     found) of the first failure; nothing is written outside ``dst`` (whose layout
     ``dst_off`` and the copy pattern in ``p`` describe), ``scratch`` and ``cbuf``.
     """
-    chunk_len, capacity, item = p[CHUNK_LEN], p[CAPACITY], p[ITEM_BYTES]
-    nruns, run, stride, dst = p[NRUNS], p[RUN], p[STRIDE], p[DST]
-    kind, fn, ddict, dctx, pread = p[KIND], p[FN], p[DDICT], p[DCTX], p[PREAD]
     work, cwork = scratch.ctypes.data, cbuf.ctypes.data
     for g in range(g0, g1):
-        s0, s1 = starts[g], starts[g + 1]
-        first = ids[order[s0]]
-        if first < 0:
-            for t in range(s0, s1):
-                _zero_item(dst + dst_off[order[t]], nruns, run, stride)
-            continue
-        c = first // chunk_len
-        base = 0
-        sg = seg[c]
-        if sg >= 0:
-            n = np.int64(clen[c])
-            if sg >= segs.shape[1]:
-                status[0], status[1], status[2] = NO_ADDRESS, c, sg
-                return
-            if segs[0, sg] != 0:
-                src = segs[0, sg] + off[c]
-            elif segs[1, sg] >= 0 and n <= cbuf.size:
-                got = _call4(pread, segs[1, sg], cwork, n, off[c])
-                if got != n:
-                    status[0], status[1], status[2] = READ_ERROR, c, got
-                    return
-                src = cwork
-            else:
-                status[0], status[1], status[2] = NO_ADDRESS, c, sg
-                return
-            want = min(chunk_len, capacity - c * chunk_len) * item
-            if kind == RAW:
-                if n != want:
-                    status[0], status[1], status[2] = WRONG_SIZE, c, n
-                    return
-                base = src
-            else:
-                got = _call6(fn, dctx, work, want, src, n, ddict)
-                if got != want:  # zstd errors are huge size_t values: negative here
-                    status[0], status[1], status[2] = (DECODE_ERROR if got < 0 else WRONG_SIZE), c, got
-                    return
-                base = work
-        else:
-            for k in range(open_chunks.size):
-                if open_chunks[k] == c:
-                    base = open_addr[k]
-                    break
-        for t in range(s0, s1):
-            i = order[t]
-            if base == 0:
-                _zero_item(dst + dst_off[i], nruns, run, stride)
-            else:
-                _copy_item(dst + dst_off[i], base + (ids[i] - c * chunk_len) * item, nruns, run, stride)
+        if not _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
+                            work, cwork, cbuf.size, status):
+            return
     status[0] = OK
+
+
+@njit(nogil=True, cache=True)
+def gather_shared(ids, dst_off, order, starts, next_group, p, seg, off, clen, segs,
+                  open_chunks, open_addr, scratch, cbuf, status):  # type: ignore[no-untyped-def]
+    """Serve groups of a plan that no other thread took, one at a time, until none is left.
+
+    Several threads run this on one plan at once, each with its own ``scratch``,
+    ``cbuf``, ``status`` and ``p`` (its decompression context): ``next_group[0]`` is
+    the next group nobody took, taken with an atomic increment, so a thread that
+    starts late simply takes less (nothing if the others finished). On a failure
+    the thread stops taking groups and says so in ``status``. Returns how many
+    groups this thread served.
+    """
+    work, cwork = scratch.ctypes.data, cbuf.ctypes.data
+    counter = next_group.ctypes.data
+    ngroups = starts.size - 1
+    served = 0
+    while True:
+        g = _fetch_add(counter, 1)
+        if g >= ngroups:
+            break
+        if not _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
+                            work, cwork, cbuf.size, status):
+            return served
+        served += 1
+    status[0] = OK
+    return served
 
 
 @njit(nogil=True, cache=True)

@@ -68,6 +68,13 @@ class Tier(ABC):
         """Bytes of live chunks."""
 
     @property
+    def held_nbytes(self) -> int:
+        """Bytes of this process's memory the tier holds (reserved RAM and its bookkeeping;
+        bytes in files are not memory). By default :attr:`nbytes`: a tier that keeps its
+        bytes elsewhere says so."""
+        return self.nbytes
+
+    @property
     def supports_persistence(self) -> bool:
         """Whether the bytes outlive the process (a disk tier)."""
         return False

@@ -48,16 +48,24 @@ import numpy as np
 from chunkstore.errors import TierFullError, UnknownRefError
 from chunkstore.tiers._base import ChunkRef, Tier
 
-__all__ = ["DEFAULT_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
+__all__ = ["DEFAULT_SEGMENT_BYTES", "MAX_SEGMENT_BYTES", "MIN_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
 
 DEFAULT_SEGMENT_BYTES = 4 << 20
+#: adaptive segments (``segment_bytes=None``): about this many of them, each a power of two
+#: between the bounds below. What a ring holds beyond its live chunks is about one segment
+#: (the oldest one's released prefix and the newest one's unfilled rest), so a segment of
+#: ~1/256 of the tier keeps that slack near 0.5% of it at any size
+SEGMENTS_TARGET = 256
+MIN_SEGMENT_BYTES = 64 << 10
+MAX_SEGMENT_BYTES = 4 << 20
+CHUNKS_PER_SEGMENT = 16
 _RELEASED = -1
 
 
 class _Segment:
     """One segment: capacity, append cursor, its chunks' columns, and storage handles."""
 
-    __slots__ = ("capacity", "data", "fill", "id", "lens", "n", "nlive", "offs", "ro")
+    __slots__ = ("capacity", "data", "fill", "hint", "id", "lens", "n", "nlive", "offs", "ro")
 
     def __init__(self, seg_id: int, capacity: int) -> None:
         self.id = seg_id
@@ -68,6 +76,7 @@ class _Segment:
         self.lens = np.empty(8, dtype)  # their lengths; _RELEASED once released
         self.n = 0  # chunks recorded
         self.nlive = 0  # of which live
+        self.hint = 0  # where the next find looks first: a ring releases in the order it put
         self.data: Any = None  # writable storage, tier-specific
         self.ro: Any = None  # read handle, tier-specific
 
@@ -82,8 +91,13 @@ class _Segment:
 
     def find(self, offset: int) -> int:
         """The column index of the chunk recorded at ``offset``, or -1."""
-        i = int(np.searchsorted(self.offs[:self.n], offset))
-        return i if i < self.n and self.offs[i] == offset else -1
+        i = self.hint
+        if not (i < self.n and self.offs[i] == offset):  # FIFO releases hit the hint: no search
+            i = int(np.searchsorted(self.offs[:self.n], offset))
+            if not (i < self.n and self.offs[i] == offset):
+                return -1
+        self.hint = i + 1
+        return i
 
     def live_length(self, offset: int) -> int:
         i = self.find(offset)
@@ -92,7 +106,7 @@ class _Segment:
     def reset(self) -> None:
         """Every chunk is dead and the storage is about to be reused from its start."""
         self.fill = 0
-        self.n = self.nlive = 0
+        self.n = self.nlive = self.hint = 0
 
     def lowest_live(self) -> int:
         live = np.flatnonzero(self.lens[:self.n] != _RELEASED)
@@ -141,13 +155,18 @@ class SegmentedTier(Tier):
         :class:`~chunkstore.errors.TierFullError` (free segments are dropped first).
     """
 
-    def __init__(self, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    #: whether :meth:`_reuse` leaves a free segment's storage where it was (its address holds)
+    _reuse_keeps_storage = False
+
+    def __init__(self, *, segment_bytes: int | None = DEFAULT_SEGMENT_BYTES,
                  max_bytes: int | None = None) -> None:
-        if segment_bytes < 1:
+        if segment_bytes is not None and segment_bytes < 1:
             raise ValueError(f"segment_bytes must be positive, got {segment_bytes}")
         if max_bytes is not None and max_bytes < 0:
             raise ValueError(f"max_bytes must be non-negative or None, got {max_bytes}")
-        self.segment_bytes = int(segment_bytes)
+        #: None: adaptive (:data:`SEGMENTS_TARGET`); the size of a regular segment otherwise
+        self.adaptive = segment_bytes is None
+        self.segment_bytes = MAX_SEGMENT_BYTES if segment_bytes is None else int(segment_bytes)
         self.max_bytes = None if max_bytes is None else int(max_bytes)
         self._lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}
@@ -245,10 +264,14 @@ class SegmentedTier(Tier):
             return self._view(seg, offset, n)
 
     def release(self, ref: ChunkRef) -> None:
-        _, offset, n = ref
+        seg_id, offset, n = ref
         with self._lock:
-            seg = self._live_segment(ref)
-            seg.lens[seg.find(offset)] = _RELEASED  # the truth first: then the tallies
+            seg = self._segments.get(seg_id)
+            i = -1 if seg is None else seg.find(offset)
+            if seg is None or i < 0 or n < 0 or seg.lens[i] != n:
+                self._live_segment(ref)  # raises UnknownRefError, saying why
+                raise AssertionError(f"{ref!r} passed the check it failed")  # pragma: no cover
+            seg.lens[i] = _RELEASED  # the truth first: then the tallies
             seg.nlive -= 1
             self._used -= n
             self._nchunks -= 1
@@ -332,6 +355,17 @@ class SegmentedTier(Tier):
         with self._lock:
             return sum(seg.nbytes for seg in self._segments.values())
 
+    @property
+    def ram_nbytes(self) -> int:
+        """Bytes of segment storage in this process's memory (every segment, for a RAM tier)."""
+        return self._reserved
+
+    @property
+    def held_nbytes(self) -> int:
+        """Segment storage in memory (live chunks, the slack around them, free segments kept
+        for reuse) plus the per-chunk columns."""
+        return self.ram_nbytes + self.table_nbytes
+
     def trim(self) -> int:
         """Drop the storage of every free segment; return the bytes given back."""
         with self._lock:
@@ -375,6 +409,7 @@ class SegmentedTier(Tier):
                 "used_nbytes": self._used,
                 "nchunks": self._nchunks,
                 "segment_bytes": self.segment_bytes,
+                "adaptive_segments": self.adaptive,
                 "max_bytes": self.max_bytes,
                 "nsegments": len(self._segments),
                 "nfree_segments": nfree,
@@ -410,14 +445,31 @@ class SegmentedTier(Tier):
         seg.fill = need
         return seg, 0
 
+    def _capacity_for(self, need: int) -> int:
+        """The capacity of a new segment that must hold a ``need``-byte chunk.
+
+        Fixed segments: ``segment_bytes``, or a whole number of them for a larger chunk.
+        Adaptive ones: the power of two at or below ``reserved / SEGMENTS_TARGET``, but at
+        least one that holds :data:`CHUNKS_PER_SEGMENT` chunks of this size (the end of a
+        segment too short for the next chunk is lost: half a chunk per segment), within the
+        bounds (a larger chunk gets a whole number of the largest).
+        """
+        step = self.segment_bytes
+        if self.adaptive and need <= MAX_SEGMENT_BYTES // CHUNKS_PER_SEGMENT:
+            want = max(1 << max(self._reserved // SEGMENTS_TARGET, 1).bit_length() - 1,
+                       1 << (CHUNKS_PER_SEGMENT * need - 1).bit_length(), MIN_SEGMENT_BYTES)
+            return min(want, MAX_SEGMENT_BYTES)
+        return step if need <= step else -(-need // step) * step
+
     def _open_segment(self, need: int) -> _Segment:
         """Seal the append target and open another: a free one if any fits, else new."""
         self._recycle_deferred()
         self._seal_current()
-        cap = self.segment_bytes if need <= self.segment_bytes else (
-            -(-need // self.segment_bytes) * self.segment_bytes)
+        cap = self._capacity_for(need)
         with self._lock:
-            seg = self._pop_free(cap)
+            # an adaptive tier reuses any free segment the chunk fits in (earlier ones were smaller)
+            seg = self._pop_free(max(need, 1) if self.adaptive else cap)
+        moved = True
         if seg is not None:
             try:
                 self._reuse(seg)
@@ -426,6 +478,7 @@ class SegmentedTier(Tier):
                     self._free.setdefault(seg.capacity, []).append(seg)
                 raise
             seg.reset()
+            moved = not self._reuse_keeps_storage
         else:
             self._make_room(cap, need)
             with self._lock:  # the id is spent first: an allocation interrupted after it made
@@ -436,8 +489,9 @@ class SegmentedTier(Tier):
                 self._segments[seg.id] = seg
                 self._reserved += cap
         self._current = seg
-        with self._lock:
-            self._storage_moved()
+        if moved:  # a new segment, or storage that moved: the native read path's table is stale
+            with self._lock:
+                self._storage_moved()
         return seg
 
     def _seal_current(self) -> None:

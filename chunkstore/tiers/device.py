@@ -77,6 +77,13 @@ class DeviceTier(SegmentedTier):
         self._staging: Any = None  # pinned host buffer for cuda puts (writer only)
         self._staging_lock = threading.Lock()
 
+    @property
+    def ram_nbytes(self) -> int:
+        """Segments on a CUDA device are not this process's host memory (the pinned staging buffer is)."""
+        if self._on_cpu:
+            return self._reserved
+        return 0 if self._staging is None else int(self._staging.numel())
+
     def get(self, ref: ChunkRef) -> np.ndarray:
         view = super().get(ref)
         if self._on_cpu:

@@ -293,6 +293,11 @@ class DiskTier(SegmentedTier):
         if not self.keep_files:
             self._dir.remove()
 
+    @property
+    def ram_nbytes(self) -> int:
+        """Segments are files: only the pages mapped for Python-path reads are memory."""
+        return int(self._pages.mapped_nbytes)
+
     def info(self) -> dict[str, Any]:
         out = super().info()
         out.update(path=str(self.path), mapped_nbytes=self._pages.mapped_nbytes,
