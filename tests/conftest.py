@@ -251,11 +251,12 @@ class Interrupt:
     >>> counter.events                          # doctest: +SKIP
     """
 
-    def __init__(self, at: int = 0) -> None:
+    def __init__(self, at: int = 0, also: tuple[str, ...] = ()) -> None:
         self.at, self.events, self.fired = at, 0, False
+        self.traced = _TRACED + tuple(also)  # more source directories or files to interrupt in
 
     def _global(self, frame, event, arg):
-        return self._local if frame.f_code.co_filename.startswith(_TRACED) else None
+        return self._local if frame.f_code.co_filename.startswith(self.traced) else None
 
     def _local(self, frame, event, arg):
         if not self.fired and not (event == "line" and _is_with(frame)):
@@ -273,17 +274,17 @@ class Interrupt:
         sys.settrace(None)
 
 
-def interrupted(fn, at: int) -> bool:
+def interrupted(fn, at: int, also: tuple[str, ...] = ()) -> bool:
     """Run ``fn()`` with a KeyboardInterrupt injected at event ``at``; True if it was raised."""
     try:
-        with Interrupt(at):
+        with Interrupt(at, also):
             fn()
     except KeyboardInterrupt:
         return True
     return False
 
 
-def count_events(fn) -> int:
-    with Interrupt(0) as counter:
+def count_events(fn, also: tuple[str, ...] = ()) -> int:
+    with Interrupt(0, also) as counter:
         fn()
     return counter.events

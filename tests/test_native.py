@@ -132,7 +132,6 @@ def test_a_threaded_read_inside_one_chunk_needs_no_pool(monkeypatch):
 
     assert native.available()
     monkeypatch.setattr(_threads, "_pools", {})  # no pool made yet (as in a fresh process)
-    monkeypatch.setattr(_threads, "_sizes", {})
     arr = ChunkedArray(2048, (), np.uint8, chunk_len=1024, codec="zstd3", threads=2)
     arr[:] = np.arange(2048) % 251
     ids = np.arange(600)

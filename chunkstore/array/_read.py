@@ -16,7 +16,6 @@ caller no longer holds (:func:`chunkstore._threads.wait_all`).
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -183,7 +182,7 @@ class ReadPath(ArrayFields):
         # one batch per thread; the calling thread decodes the first one itself
         batches = [misses[i::nthreads] for i in range(nthreads)]
         pool = _threads.pool("chunkstore-decode")
-        futures: list[Future] = []
+        futures: list[_threads.Task] = []
         try:
             for b in batches[1:]:
                 _threads.submit(pool, futures, self._decode_batch, b, out)

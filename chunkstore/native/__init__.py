@@ -26,7 +26,6 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -240,7 +239,7 @@ def gather(
                         open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
         return status
 
-    futures: list[Future] = []
+    futures: list[_threads.Task] = []
     try:
         if helpers > 0:
             pool = _threads.pool("chunkstore-native", helpers)
