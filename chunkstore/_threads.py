@@ -40,7 +40,8 @@ class Task:
     __slots__ = ("args", "cancel_requested", "error", "finished", "fn", "queued", "skipped", "value", "wake")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.fn, self.args = fn, args
+        self.fn: Callable[..., Any] | None = fn
+        self.args: tuple[Any, ...] | None = args
         self.value: Any = None
         self.error: BaseException | None = None
         self.queued = self.finished = self.skipped = self.cancel_requested = False
@@ -68,7 +69,7 @@ class Task:
         try:
             if self.cancel_requested:
                 self.skipped = True
-            else:
+            elif self.fn is not None and self.args is not None:
                 self.value = self.fn(*self.args)
         except BaseException as exc:
             self.error = exc
