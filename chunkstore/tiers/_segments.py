@@ -82,9 +82,10 @@ class _Segment:
 
     def record(self, offset: int, nbytes: int) -> None:
         """A chunk put at ``offset`` (after every recorded one)."""
-        if self.n == len(self.offs):
-            self.offs = np.concatenate([self.offs, np.empty_like(self.offs)])
-            self.lens = np.concatenate([self.lens, np.empty_like(self.lens)])
+        if self.n == len(self.offs):  # both columns grow in one step (a Ctrl-C between two
+            self.offs, self.lens = (  # assignments left them of different lengths)
+                np.concatenate([self.offs, np.empty_like(self.offs)]),
+                np.concatenate([self.lens, np.empty_like(self.lens)]))
         self.offs[self.n], self.lens[self.n] = offset, nbytes  # invisible until n counts it
         self.n += 1
         self.nlive += 1
