@@ -183,13 +183,18 @@ class FrameStoreTests:
         self._every_row(store, model, 15)
         store.close()
 
+    #: bytes a store reserves before it holds anything (a device store's first heap segment and
+    #: read inbox): a subclass sets it to that store's reservation, and the size check is on the rest
+    reserved_nbytes = 0
+
     def test_sizes_and_info(self):
         store = self.make_store((4, 6, 5), np.uint8, 64, 1)
         model = np.zeros((2, 64, 1, 4, 6, 5), np.uint8)
         self._fill(store, model, 64, seed=7)
         info = store.info()
         assert info["nbytes_stored"] == store.nbytes_stored > 0
-        assert store.nbytes_stored < model.nbytes  # each frame once: less than the stacks
+        # each frame once: less than the stacks
+        assert store.nbytes_stored - self.reserved_nbytes < model.nbytes
         store.close()
 
     def test_close_releases_and_refuses_use(self):

@@ -257,3 +257,13 @@ class TestFrameStoreContractOnDisk(FrameStoreTests):
 
         return FrameStore(obs_shape, dtype, n_rows, n_envs, chunk_len=4, codec="zstd3+dict",
                           tier=lambda: HybridTier(1 << 12, self.directory, segment_bytes=1 << 11), **kw)
+
+
+class TestFrameStoreContractOnDevice(FrameStoreTests):
+    """The same contract with the frames in a DeviceArray on torch's cpu device (the device frame store)."""
+
+    # the first 64 KiB heap segment, the 256 KiB read inbox, ~64 KiB of host staging and scratch
+    reserved_nbytes = (64 + 256 + 64) << 10
+
+    def make_store(self, obs_shape, dtype, n_rows, n_envs, **kw):
+        return FrameStore(obs_shape, dtype, n_rows, n_envs, chunk_len=4, device="cpu", **kw)
