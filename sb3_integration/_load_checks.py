@@ -94,7 +94,7 @@ def _check_frame_store(meta: Any, store: Any, prefix: str, size: int, n_envs: in
     for name in ("n_rows", "n_envs"):
         if name in meta and meta[name] != (size if name == "n_rows" else n_envs):
             raise FormatError(f"{path}: {prefix} {name} {meta[name]!r} differs from the buffer's")
-    shapes = {"slots": (len(used), size, n_envs), "pads": (len(used), size, n_envs)}
+    shapes: dict[str, tuple[int, ...]] = {"slots": (len(used), size, n_envs), "pads": (len(used), size, n_envs)}
     if version != 1:  # slots of the first stack, deltas of the others (layout 2)
         shapes.update(slots=(size, n_envs), deltas=(len(used) - 1, size, n_envs))
     for name, shape in shapes.items():

@@ -213,6 +213,9 @@ class GpuReplayBuffer(CompressedReplayBuffer):
     (device(type='cpu'), 1073741824)
     """
 
+    heap_bytes: int | None
+    max_slot_bytes: int | None
+
     def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
                  device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
                  handle_timeout_termination: bool = True, dtypes: Any = None, normalize_images: bool = False,

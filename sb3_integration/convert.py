@@ -40,7 +40,7 @@ def _is_sb3eb(obj: Any) -> bool:
 
 def _unpickle(path: str | os.PathLike[str]) -> Any:
     try:
-        return load_from_pkl(path)
+        return load_from_pkl(os.fspath(path))
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] in ("sb3_extra_buffers", "zstd", "lz4", "isal", "numba"):
             raise ImportError(f"{os.fspath(path)} holds an sb3-extra-buffers buffer; reading it needs "

@@ -84,7 +84,7 @@ Reads and writes hold the store's lock in ``with`` blocks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -212,9 +212,21 @@ class FrameStore:
     True
     """
 
+    # installed in one step through __dict__ (see _blank, _streams): declared here for readers and mypy
     frames: ChunkedArray | DeviceArray | None
     layout: StackLayout | None
     last: np.ndarray | None
+    slots: np.ndarray  # (n_rows, n_envs) uint32: the newest frame of a row's first stack, mod 2**32
+    deltas: np.ndarray  # (stacks_per_row - 1, n_rows, n_envs) uint8: the other stacks, relative to it
+    far: dict[tuple[int, int, int], int]  # deltas of FAR: (which, row, env) -> frame number mod 2**32
+    pads: np.ndarray  # (stacks_per_row, n_rows, n_envs) uint8: zero frames at a stack's start
+    used: list[bool]  # which kinds of stack were ever written
+    heads: np.ndarray  # per env: global number of the next frame
+    released: np.ndarray  # per env: frames below this are freed
+    last_slot: np.ndarray  # per env: global number of the last stack's newest frame
+    last_pad: np.ndarray
+    has_last: np.ndarray  # per env: the stream, its last stack and its descriptors agree
+    _pending: list[tuple[int, int, np.ndarray]]  # stacks put before the layout was known
 
     def __init__(
         self,
@@ -226,7 +238,7 @@ class FrameStore:
         stacks_per_row: int = 2,
         chunk_len: int = DEFAULT_CHUNK_LEN,
         codec: Any = DEFAULT_CODEC,
-        tier: Tier | Any = None,
+        tier: Tier | Callable[[], Tier] | None = None,
         cache: LRUChunkCache | int | None = 0,
         threads: int | None = None,
         dedup: bool = True,
@@ -312,15 +324,25 @@ class FrameStore:
             return DeviceArray(ring_frames * self.n_envs, layout.frame_shape, self.dtype, chunk_len=self.chunk_len,
                                device=self.device, budget_bytes=self.device_budget, name=f"{self.name}.frames",
                                max_open=self.n_envs + 1)
-        own = callable(self.tier) and not isinstance(self.tier, Tier)
-        tier = self.tier() if own else self.tier
+        tier = self._make_tier()
         return ChunkedArray(
             ring_frames * self.n_envs, layout.frame_shape, self.dtype, chunk_len=self.chunk_len,
             codec=self.codec, tier=tier, cache=self.cache, threads=self.threads,
             name=f"{self.name}.frames",
             max_open=self.n_envs + 1,  # each env writes its own region sequentially
-            own_tier=own or tier is None,
+            own_tier=self._owns_tier or tier is None,
         )
+
+    @property
+    def _owns_tier(self) -> bool:
+        """``tier`` is a factory: each frame array gets a tier of its own, closed with it."""
+        return callable(self.tier) and not isinstance(self.tier, Tier)
+
+    def _make_tier(self) -> Tier | None:
+        """The tier for a new frame array: a fresh one from the factory, or the shared one given."""
+        if callable(self.tier) and not isinstance(self.tier, Tier):
+            return self.tier()
+        return self.tier
 
     def _decide(self, layout: StackLayout) -> None:
         """Fix the layout, build the ring, and store what waited for it: one step for readers."""
@@ -785,16 +807,18 @@ class FrameStore:
                                                 * (state.layout.depth if state.layout else 1)
                                                 + 2 * self.chunk_len),
                     name=self.name)
-        frames = state.frames
-        if self.device is not None and frames is not None and state.layout is not None:
-            frames = self._device_frames(frames)
-        elif isinstance(frames, ArraySnapshot):
-            own = callable(self.tier) and not isinstance(self.tier, Tier)
-            tier = self.tier() if own else self.tier
-            frames = ChunkedArray.from_state(frames, tier=tier, cache=self.cache)
-            frames.own_tier = own or tier is None
-        elif isinstance(frames, dict):
-            frames = ChunkedArray.from_state(frames)
+        given = state.frames
+        frames: ChunkedArray | DeviceArray | None
+        if self.device is not None and given is not None and state.layout is not None:
+            frames = self._device_frames(given)
+        elif isinstance(given, ArraySnapshot):
+            tier = self._make_tier()
+            frames = ChunkedArray.from_state(given, tier=tier, cache=self.cache)
+            frames.own_tier = self._owns_tier or tier is None
+        elif isinstance(given, dict):
+            frames = ChunkedArray.from_state(given)
+        else:
+            frames = given
         if frames is not None:
             frames.max_open = self.n_envs + 1
         new = {

@@ -245,8 +245,8 @@ def _decode(value: Any) -> Any:
         items = {k: _decode(v) for k, v in body.items()}
         return items if tag == "dict" else OrderedDict(items)
     if tag in ("list", "tuple"):
-        items = [_decode(v) for v in body]
-        return items if tag == "list" else tuple(items)
+        seq = [_decode(v) for v in body]
+        return seq if tag == "list" else tuple(seq)
     dtype, shape, data = body
     arr = np.frombuffer(base64.b64decode(data), np.dtype(dtype)).reshape(shape).copy()
     return arr if tag == "ndarray" else arr[()]

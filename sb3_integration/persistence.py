@@ -123,7 +123,7 @@ class ReplayState:
     arrays: dict[str, np.ndarray]
     stores: dict[Any, FrameStoreState]
     extra: dict[str, Any] = field(default_factory=dict)
-    chunked: dict[str, ChunkedArray | ArraySnapshot] = field(default_factory=dict)  # small arrays kept compressed
+    chunked: dict[str, Any] = field(default_factory=dict)  # small arrays kept compressed (ChunkedArray or ArraySnapshot)
 
     def close(self) -> None:
         """Release the snapshots' hold on the buffer's tiers (a state from a file holds none)."""
@@ -143,7 +143,7 @@ class ReplayState:
 # -- saving ----------------------------------------------------------------------------
 def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: bool = False) -> None:
     """Write ``state`` to ``path`` atomically (see the module docstring)."""
-    arrays: dict[str, ChunkedArray] = dict(state.chunked)
+    arrays: dict[str, Any] = dict(state.chunked)  # ChunkedArray or ArraySnapshot by name
     extras: dict[str, np.ndarray] = dict(state.arrays)
     stores = []
     for key, fs in state.stores.items():

@@ -109,9 +109,14 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     n_envs: int
     pos: int
     full: bool
+    output_dtype: Any  # the sb3-extra-buffers option (None: the space's dtype)
+    normalize_images: bool
     optimize_memory_usage: bool
     handle_timeout_termination: bool
-    observation_space: spaces.Space
+    observation_space: Any  # a Box or a Dict space (SB3's classes narrow it each their way)
+    # views that read from the frame stores (a dict of them for a Dict space), where SB3 has arrays
+    observations: Any
+    next_observations: Any
     action_space: spaces.Space
     action_dim: int
     device: th.device

@@ -33,7 +33,7 @@ import math
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
@@ -74,7 +74,10 @@ class _CompressedRolloutMixin(ClosableBuffer):
     device: th.device
     pos: int
     full: bool
-    observation_space: spaces.Space
+    generator_ready: bool  # SB3's RolloutBuffer's
+    normalize_images: bool
+    observation_space: Any  # a Box or a Dict space (SB3's classes narrow it each their way)
+    observations: Any  # views that read from the frame stores (a dict of them for a Dict space)
     _stores: dict[Any, FrameStore]
 
     def __init__(
@@ -107,7 +110,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
             raise UsageTypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument "
                                  f"{next(iter(unexpected))!r}", "the store options are chunk_len, frame_dedup, threads, "
                                  "buffer_device, heap_bytes")
-        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
+        BaseBuffer.__init__(cast(BaseBuffer, self), buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
         check_rollout_space(self)
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
@@ -132,7 +135,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
         budget = device_budget(opt)
         self._stores = {
             key: FrameStore(
-                tuple(get_obs_shape(sub)), sub.dtype, max(self.buffer_size, 1), self.n_envs, stacks_per_row=1,
+                tuple(cast("tuple[int, ...]", get_obs_shape(sub))), sub.dtype, max(self.buffer_size, 1), self.n_envs, stacks_per_row=1,
                 chunk_len=opt.chunk_len, codec=opt.compression_method, cache=0, threads=opt.threads,
                 dedup=self.frame_dedup, axis_order=stack_axis_order(sub),
                 name="observations" if key is None else f"observations[{key}]",
@@ -221,7 +224,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
     def _converted(self, samples: Any) -> Any:
         return convert_samples(samples, output_dtype=None, normalize_images=self.normalize_images)
 
-    def _obs_tensor(self, obs: np.ndarray) -> th.Tensor:
+    def _obs_tensor(self, obs: Any) -> th.Tensor:
         # obs is a fresh array nobody else holds: share it instead of copying (SB3's to_torch copies)
         return th.as_tensor(obs, device=self.device)
 

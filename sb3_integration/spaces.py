@@ -44,7 +44,7 @@ def space_to_dict(space: spaces.Space) -> dict[str, Any]:
                 "start": space.start.tolist(), "dtype": np.dtype(space.dtype).str}
     if isinstance(space, spaces.MultiBinary):
         n = space.n
-        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else list(map(int, n))}
+        return {"type": "MultiBinary", "n": int(n) if isinstance(n, (int, np.integer)) else [int(k) for k in n]}
     if isinstance(space, spaces.Dict):
         return {"type": "Dict", "spaces": [[k, space_to_dict(s)] for k, s in space.spaces.items()]}
     if isinstance(space, spaces.Tuple):

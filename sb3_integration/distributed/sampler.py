@@ -80,7 +80,7 @@ class GlobalSampler:
             raise ValueError(f"decode must be 'learner' or 'shard', got {decode!r}")
         self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
         self.decode, self.timeout, self.threads, self.prefetch = decode, timeout, threads, bool(prefetch)
-        self._pending: tuple[Any, ...] | None = None
+        self._pending: tuple[int, Any, Any] | None = None
         self._unlimited = False  # a MinSize limiter that has let a sample through
         self.spec = self.service.config.spec
         n = self.service.n_shards
@@ -364,7 +364,7 @@ class DistributedReplayBuffer(ReplayBuffer):
                 dones.reshape(-1, 1), self._normalize_reward(b["rewards"].reshape(-1, 1), env))
         return ReplayBufferSamples(*tuple(map(self._tensor, data)))
 
-    def _tensor(self, array: np.ndarray) -> th.Tensor:
+    def _tensor(self, array: Any) -> th.Tensor:
         # arrays this call made (decoded batches, SB3's arithmetic) are handed over without a
         # copy; read-only ones (Ray's zero-copy views of a shard's reply) are copied
         return th.as_tensor(array, device=self.device) if array.flags.writeable else self.to_torch(array)

@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -305,9 +305,10 @@ class ReplayService:
         if (samples_per_insert is None) != (error_buffer is None):
             raise ValueError("give samples_per_insert and error_buffer together (or neither)")
         batches = {"max_insert_batch": int(max_insert_batch), "max_sample_batch": int(max_sample_batch)}
-        limiter = ({"kind": "min_size", "min_size": int(min_size), **batches} if samples_per_insert is None
-                   else {"kind": "ratio", "samples_per_insert": float(samples_per_insert),
-                         "min_size": int(min_size), "error_buffer": float(error_buffer), **batches})
+        limiter: dict[str, Any] = {"kind": "min_size", "min_size": int(min_size), **batches}
+        if samples_per_insert is not None and error_buffer is not None:
+            limiter = {"kind": "ratio", "samples_per_insert": float(samples_per_insert),
+                       "min_size": int(min_size), "error_buffer": float(error_buffer), **batches}
         spec = _spec(observation_space, action_space, -(-int(capacity) // int(n_shards)), chunk_len, threads)
         config = ServiceConfig(name, spec, int(n_shards), codec, limiter, stack_axis_order(observation_space),
                                checkpoint_dir, checkpoint_every_s, int(max_restarts), bool(detached),
@@ -316,7 +317,8 @@ class ReplayService:
         if checkpoint_dir is not None:
             os.makedirs(checkpoint_dir, exist_ok=True)
         life = {"lifetime": "detached"} if detached else {}
-        coord = ray.remote(num_cpus=0, max_concurrency=256)(Coordinator).options(
+        # (Ray's stubs know neither max_concurrency here nor actor methods' .remote)
+        coord = ray.remote(num_cpus=0, max_concurrency=256)(Coordinator).options(  # type: ignore[call-overload]
             name=name, namespace=NAMESPACE, **life, **(coordinator_options or {})).remote(config)
         shards = []
         for i in range(config.n_shards):
@@ -324,7 +326,7 @@ class ReplayService:
             opts = {"num_cpus": 0, "max_concurrency": 16, "max_restarts": config.max_restarts,
                     "name": config.shard_name(i), "namespace": NAMESPACE, **life, **extra}
             shards.append(ray.remote(Shard).options(**opts).remote(i, config))
-        ray.get([coord.get_config.remote()] + [s.size.remote() for s in shards])
+        ray.get([coord.get_config.remote()] + [s.size.remote() for s in shards])  # type: ignore[union-attr]
         svc = cls(name, config)
         svc._handles = {"coordinator": coord, **{config.shard_name(i): s for i, s in enumerate(shards)}}
         return svc
@@ -457,7 +459,7 @@ def _spec(observation_space: Any, action_space: Any, capacity: int, chunk_len: i
     if isinstance(observation_space, spaces.Dict):
         raise TypeError("the replay service stores Box/Discrete observations; Dict spaces are not supported")
     action_dtype = ReplayBuffer._maybe_cast_dtype(action_space.dtype)
-    return StoreSpec(capacity, tuple(get_obs_shape(observation_space)), observation_space.dtype,
+    return StoreSpec(capacity, tuple(cast("tuple[int, ...]", get_obs_shape(observation_space))), observation_space.dtype,
                      (get_action_dim(action_space),), action_dtype, chunk_len, threads)
 
 
