@@ -24,7 +24,7 @@ from gymnasium import spaces
 from chunkstore import get_codec
 from chunkstore.array import DEFAULT_CACHE_BYTES as CORE_CACHE_BYTES
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
-from chunkstore.array import lossless_cast as chunk_lossless_cast
+from chunkstore.casting import lossless_cast
 from sb3_integration.errors import DataLossError, UsageTypeError, usage_error
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "StoreOptions",
     "coerce_obs",
     "device_budget",
-    "lossless_cast",
     "lossless_obs",
     "pack_array",
     "same_rows",
@@ -436,17 +435,6 @@ def stack_axis_order(space: Any) -> tuple[int, ...]:
 
 
 # -- add() input policy --------------------------------------------------------------------
-def lossless_cast(arr: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
-    """``arr`` in ``dtype``, refusing casts that change values, as the chunk store does.
-
-    One difference: float -> float casts round (float64 -> float32), because SB3
-    stores the space's float dtype rounding the same way, so samples stay
-    bit-identical to SB3's. Anything lossy otherwise raises ValueError (SB3 would
-    silently wrap or truncate).
-    """
-    return chunk_lossless_cast(arr, dtype, name, round_floats=True)
-
-
 #: numpy's warning for a complex -> real cast (moved to numpy.exceptions in numpy 1.25)
 _COMPLEX_WARNING = getattr(getattr(np, "exceptions", np), "ComplexWarning", Warning)
 
@@ -497,7 +485,8 @@ def lossless_obs(arr: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, name:
 
     Raises :class:`~sb3_integration.errors.DataLossError` where SB3 would store
     something else: a broadcast that repeats values (one env's observation for
-    several envs), or a cast that changes values (see :func:`lossless_cast`).
+    several envs), or a cast that changes values (:func:`chunkstore.casting.lossless_cast`; float ->
+    float casts round, as SB3 stores a float space, so samples stay bit-identical to SB3's).
     Leading axes of length 1 may be added or dropped, as numpy's assignment does
     (one env, no env axis).
     """
@@ -511,9 +500,9 @@ def lossless_obs(arr: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, name:
             if arr.dtype.kind == "c":  # the cast to a real dtype warns; lossless_cast refuses what it drops
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", _COMPLEX_WARNING)
-                    arr = lossless_cast(arr, dtype, name)
+                    arr = lossless_cast(arr, dtype, name, round_floats=True)
             else:
-                arr = lossless_cast(arr, dtype, name)
+                arr = lossless_cast(arr, dtype, name, round_floats=True)
         except ValueError as e:
             raise DataLossError(f"{e} (SB3 would store them changed)") from None
     return arr
