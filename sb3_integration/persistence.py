@@ -205,9 +205,9 @@ def _prefix(key: Any) -> str:
 # -- loading ---------------------------------------------------------------------------
 def read_replay(path: str | os.PathLike[str], buffer_class: str, *, lazy: bool = True,
                 tier: Tier | None = None, verify: bool | None = None) -> tuple[ReplayState, fmt.Store]:
-    """The state saved in ``path`` and the open store its chunks come from.
+    """The state saved in ``path`` and the open HDF5 store (``h5``) its chunks come from.
 
-    The caller closes the store if it does not keep the arrays.
+    The caller closes ``h5`` if it does not keep the arrays.
 
     Raises
     ------
@@ -216,19 +216,19 @@ def read_replay(path: str | os.PathLike[str], buffer_class: str, *, lazy: bool =
         version, or damaged buffer metadata.
     """
     path = os.fspath(path)
-    store = fmt.load(path, lazy=lazy, tier=tier, cache=0, verify=verify)
+    h5 = fmt.load(path, lazy=lazy, tier=tier, cache=0, verify=verify)
     try:
-        attrs = store.attrs
+        attrs = h5.attrs
         version = _check_kind(attrs, buffer_class, path)
-        check_saved_buffer(attrs, store)  # sizes and state, before anything is allocated
+        check_saved_buffer(attrs, h5)  # sizes and state, before anything is allocated
         try:
-            return _state(store, attrs, version), store
+            return _state(h5, attrs, version), h5
         except ChunkstoreError:
             raise
         except Exception as e:  # a crafted description that passed the checks above
             raise FormatError(f"{path}: damaged replay buffer description: {e!r}") from e
     except BaseException:
-        store.close()
+        h5.close()
         raise
 
 
@@ -247,48 +247,48 @@ def _check_kind(attrs: Mapping[str, Any], buffer_class: str, path: str) -> int:
     return int(version)
 
 
-def _state(store: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplayState:
+def _state(h5: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplayState:
     if version == 1:
-        return _state_v1(store, attrs)
-    stores = {key: _store_state(store, _prefix(key), meta) for key, meta in attrs["stores"]}
+        return _state_v1(h5, attrs)
+    stores = {key: _store_state(h5, _prefix(key), meta) for key, meta in attrs["stores"]}
     return ReplayState(
         buffer_class=str(attrs["buffer_class"]), arguments=dict(attrs["arguments"]),
         pos=_int(attrs["pos"], "pos"), full=_bool(attrs["full"], "full"),
-        arrays={name: _extra(store, name) for name in attrs["arrays"]},
+        arrays={name: _extra(h5, name) for name in attrs["arrays"]},
         stores=stores, extra=dict(attrs.get("extra") or {}),
-        chunked={name: _chunked(store, name) for name in attrs.get("chunked", [])},
+        chunked={name: _chunked(h5, name) for name in attrs.get("chunked", [])},
     )
 
 
-def _store_state(store: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> FrameStoreState:
+def _store_state(h5: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> FrameStoreState:
     lay = meta["layout"]
     obs_shape = tuple(int(d) for d in meta["obs_shape"])
     layout = None if lay is None else StackLayout(obs_shape, lay["axis"], int(lay["width"]), int(lay["depth"]))
     n_pending = int(meta["pending"])
     pending = []
     if n_pending:
-        which = _extra(store, f"{prefix}/pending_which")
-        rows = _extra(store, f"{prefix}/pending_rows")
-        obs = _extra(store, f"{prefix}/pending_obs")
+        which = _extra(h5, f"{prefix}/pending_which")
+        rows = _extra(h5, f"{prefix}/pending_rows")
+        obs = _extra(h5, f"{prefix}/pending_obs")
         if not len(which) == len(rows) == len(obs) == n_pending:
-            raise FormatError(f"{store.path}: {prefix} lists {n_pending} pending stacks, holds {len(obs)}")
+            raise FormatError(f"{h5.path}: {prefix} lists {n_pending} pending stacks, holds {len(obs)}")
         pending = [(int(w), int(r), x) for w, r, x in zip(which.tolist(), rows.tolist(), obs, strict=True)]
     return FrameStoreState(
         obs_shape=obs_shape, dtype=np.dtype(meta["dtype"]), n_rows=int(meta["n_rows"]),
         n_envs=int(meta["n_envs"]), stacks_per_row=int(meta["stacks_per_row"]), dedup=bool(meta["dedup"]),
         layout=layout, ring_frames=meta["ring_frames"],
-        slots=_extra(store, f"{prefix}/slots"), deltas=_extra(store, f"{prefix}/deltas"),
-        far=_extra(store, f"{prefix}/far"), pads=_extra(store, f"{prefix}/pads"),
-        heads=_extra(store, f"{prefix}/heads"), released=_extra(store, f"{prefix}/released"),
-        last_slot=_extra(store, f"{prefix}/last_slot"), last_pad=_extra(store, f"{prefix}/last_pad"),
-        has_last=_extra(store, f"{prefix}/has_last"),
-        last=_extra(store, f"{prefix}/last") if layout is not None else None,
-        used=[bool(u) for u in meta["used"]], frames=store.arrays.get(f"{prefix}/frames"),
+        slots=_extra(h5, f"{prefix}/slots"), deltas=_extra(h5, f"{prefix}/deltas"),
+        far=_extra(h5, f"{prefix}/far"), pads=_extra(h5, f"{prefix}/pads"),
+        heads=_extra(h5, f"{prefix}/heads"), released=_extra(h5, f"{prefix}/released"),
+        last_slot=_extra(h5, f"{prefix}/last_slot"), last_pad=_extra(h5, f"{prefix}/last_pad"),
+        has_last=_extra(h5, f"{prefix}/has_last"),
+        last=_extra(h5, f"{prefix}/last") if layout is not None else None,
+        used=[bool(u) for u in meta["used"]], frames=h5.arrays.get(f"{prefix}/frames"),
         pending=pending,
     )
 
 
-def _state_v1(store: fmt.Store, attrs: Mapping[str, Any]) -> ReplayState:
+def _state_v1(h5: fmt.Store, attrs: Mapping[str, Any]) -> ReplayState:
     """A layout-1 file: arguments flat in the attrs, slots as positions in the ring, no deltas."""
     names = ("buffer_size", "n_envs", "optimize_memory_usage", "handle_timeout_termination",
              "observation_space", "action_space", "compression_method", "chunk_len", "cache_bytes",
@@ -301,41 +301,41 @@ def _state_v1(store: fmt.Store, attrs: Mapping[str, Any]) -> ReplayState:
     for key, meta in attrs["stores"]:
         prefix = _prefix(key)
         spr = len(meta["used"])
-        ring = _extra(store, f"{prefix}/slots")  # (which, row, env): positions in the ring
-        heads = _extra(store, f"{prefix}/heads").astype(np.int64)
+        ring = _extra(h5, f"{prefix}/slots")  # (which, row, env): positions in the ring
+        heads = _extra(h5, f"{prefix}/heads").astype(np.int64)
         F = int(meta["ring_frames"] or 1)
         newest = heads - 1 - ((heads - 1 - ring.astype(np.int64)) % F)  # global frame numbers
-        pads = _extra(store, f"{prefix}/pads")
+        pads = _extra(h5, f"{prefix}/pads")
         delta = newest[1:] - newest[:1]
         written = (pads[1:] != UNWRITTEN) & (pads[:1] != UNWRITTEN)
         far_mask = written & ((delta < 0) | (delta >= FAR))
         w, r, e = np.nonzero(far_mask)
         far = np.stack([w + 1, r, e, newest[1:][far_mask] % (1 << 32)], axis=1).astype(np.int64)
-        extras = {**store.extras, f"{prefix}/slots": (newest[0] % (1 << 32)).astype(np.uint32),
+        extras = {**h5.extras, f"{prefix}/slots": (newest[0] % (1 << 32)).astype(np.uint32),
                   f"{prefix}/deltas": np.where(far_mask | ~written, FAR, delta.clip(0, FAR)).astype(np.uint8),
                   f"{prefix}/far": far.reshape(-1, 4)}
-        view = fmt.Store(store.arrays, extras, store.attrs, store.path)
+        view = fmt.Store(h5.arrays, extras, h5.attrs, h5.path)
         stores[key] = _store_state(view, prefix, {**meta, "n_rows": rows, "n_envs": n_envs,
                                                   "stacks_per_row": spr})
     return ReplayState(
         buffer_class=str(attrs["buffer_class"]), arguments=arguments,
         pos=_int(attrs["pos"], "pos"), full=_bool(attrs["full"], "full"),
-        arrays={name: _extra(store, name) for name in ("actions", "rewards", "dones", "timeouts")},
+        arrays={name: _extra(h5, name) for name in ("actions", "rewards", "dones", "timeouts")},
         stores=stores,
     )
 
 
-def _extra(store: fmt.Store, name: str) -> np.ndarray:
-    value = store.extras.get(name)
+def _extra(h5: fmt.Store, name: str) -> np.ndarray:
+    value = h5.extras.get(name)
     if value is None:
-        raise FormatError(f"{store.path}: {name!r} is missing")
+        raise FormatError(f"{h5.path}: {name!r} is missing")
     return value
 
 
-def _chunked(store: fmt.Store, name: str) -> ChunkedArray:
-    arr = store.arrays.get(name)
+def _chunked(h5: fmt.Store, name: str) -> ChunkedArray:
+    arr = h5.arrays.get(name)
     if arr is None:
-        raise FormatError(f"{store.path}: chunked array {name!r} is missing")
+        raise FormatError(f"{h5.path}: chunked array {name!r} is missing")
     return arr
 
 
@@ -526,16 +526,16 @@ class ReplayFiles:
         CorruptChunkError
             A damaged chunk (names the array and chunk).
         """
-        state, store = read_replay(path, cls.__name__, lazy=lazy, tier=tier, verify=verify)
+        state, h5 = read_replay(path, cls.__name__, lazy=lazy, tier=tier, verify=verify)
         try:
             return cls.from_state_dict(state, device=device, tier=tier, buffer_device=buffer_device,
                                        heap_bytes=heap_bytes)
         except ChunkstoreError:
-            store.close()
+            h5.close()
             raise
         except (KeyError, TypeError, ValueError) as e:
-            store.close()
+            h5.close()
             raise FormatError(f"{os.fspath(path)}: damaged replay buffer state: {e}") from e
         except BaseException:
-            store.close()
+            h5.close()
             raise
