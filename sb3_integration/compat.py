@@ -189,8 +189,8 @@ class GpuReplayBuffer(CompressedReplayBuffer):
     The observation frames are stored, decoded and stacked on ``buffer_device``
     (default: the buffer's ``device``): this is ``CompressedReplayBuffer(...,
     buffer_device=..., heap_bytes=...)``. Each frame is kept as runs of bytes that
-    differ from a reference frame (:mod:`chunkstore.device`; measured 290 B of device
-    memory per MsPacman transition, 192 per Pong one, ``tools/bench_device.py``); a
+    differ from a reference frame (:mod:`chunkstore.device`; device bytes per transition
+    measured by ``tools/bench_device.py``: results/bench_device.md); a
     sample uploads one small index block and decodes and stacks its frames there, so
     observations never pass through the host.
     ``heap_bytes`` is the device budget for those frames (all keys together;

@@ -171,9 +171,9 @@ class ZstdDictCodec(ZstdCodec, TrainableCodec):
     Consecutive Atari frames share most of their pixels; a chunk of a few frames
     compresses poorly on its own because zstd has nothing to match against. A
     64 KB dictionary trained on the first frames gives small chunks almost the
-    ratio of large ones (measured, MsPacman 84x84: 8 frames per chunk 26.5x plain,
-    46.8x with a dictionary; 64 frames plain 54x), while a random read decodes 8x
-    less. Small chunks are what makes uniform replay sampling fast.
+    ratio of large ones (measured by tools/bench_codecs.py: results/bench_codecs.md),
+    while a random read decodes far less. Small chunks are what makes uniform replay
+    sampling fast.
 
     Built from a name it is *untrained*: it writes plain zstd frames and
     ``wants_training`` is true. The chunk store calls :meth:`trained` with sample

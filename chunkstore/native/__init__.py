@@ -44,11 +44,9 @@ __all__ = [
     "zstd_spec",
 ]
 
-#: a read is split over threads only from this many items per extra thread on: below it,
-#: handing work to a pool thread costs about what it saves. Measured on 2 cores with real
-#: (4,84,84) stacks, time against SB3's sample: sample(32) (256 frame items) 1.57x on one
-#: thread and 1.9x on two in one run, 2.17x and 1.89x in another (Pong: 1.77x, 1.75x), so
-#: it stays on one; sample(64) (512 items) 2.45x -> 1.81x (MsPacman), 1.53x -> 1.32x (Pong).
+#: one more thread joins a read per this many items: a statically split small read did not
+#: gain from a second thread (measured: results/bench_sampling_run1.md against
+#: results/bench_sampling.md, and the README's "Threads")
 PARALLEL_MIN_ITEMS = 512
 #: a read of this many items or more shares its chunks with one helper thread (the helper takes
 #: chunks one at a time while the caller does too, so a helper that starts late costs nothing)
