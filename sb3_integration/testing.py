@@ -34,15 +34,20 @@ __all__ = ["FrameStoreTests", "stack_stream"]
 
 def stack_stream(T: int, n_envs: int, *, k: int = 4, frame: tuple[int, ...] = (1, 6, 5),
                  channels_last: bool = False, ep_len: int = 7, dtype: Any = np.uint8,
-                 seed: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(obs, next_obs)`` per step, ``(n_envs, *obs_shape)`` each, as VecFrameStack makes them."""
+                 seed: int = 0, high: int = 100) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(obs, next_obs)`` per step, ``(n_envs, *obs_shape)`` each, as VecFrameStack makes them.
+
+    Frames of ``frame`` shape are random (integers in ``[1, high)``, or normal floats), ``k``
+    of them stacked on the first axis (or the last, ``channels_last``); env ``e``'s episodes
+    last ``ep_len + e`` steps, and a new episode's stack is zeros but its newest frame.
+    """
     rng = np.random.default_rng(seed)
     dtype = np.dtype(dtype)
 
     def new(n: int) -> np.ndarray:
         if dtype.kind == "f":
             return rng.standard_normal((n, *frame)).astype(dtype)
-        return rng.integers(1, 100, (n, *frame)).astype(dtype)
+        return rng.integers(1, high, (n, *frame)).astype(dtype)
 
     stack = np.zeros((n_envs, k, *frame), dtype)
     stack[:, -1] = new(n_envs)

@@ -97,32 +97,11 @@ def collect_atari(game, n_steps, n_envs=1, seed=0, channels_last=False, max_epis
 
 def frame_stack_stream(T, n_envs, k=4, frame=(1, 6, 5), channels_last=False, ep_len=11, dtype=np.uint8, seed=0):
     """(obs, next_obs) pairs as VecFrameStack + SB3's _store_transition produce them."""
-    rng = np.random.default_rng(seed)
+    from sb3_integration.testing import stack_stream
 
-    def new_frames(n):
-        if np.dtype(dtype).kind == "f":
-            return rng.standard_normal((n, *frame)).astype(dtype)
-        return rng.integers(1, 200, (n, *frame)).astype(dtype)
+    return stack_stream(T, n_envs, k=k, frame=frame, channels_last=channels_last, ep_len=ep_len, dtype=dtype,
+                        seed=seed, high=200)
 
-    stack = np.zeros((n_envs, k, *frame), dtype)
-    stack[:, -1] = new_frames(n_envs)
-    age = np.zeros(n_envs, int)
-    for _ in range(T):
-        obs = stack.copy()
-        nxt = np.roll(stack, -1, axis=1)
-        nxt[:, -1] = new_frames(n_envs)
-        age += 1
-        done = age % (ep_len + np.arange(n_envs)) == 0
-        stack = nxt.copy()
-        for e in np.flatnonzero(done):
-            stack[e] = 0
-            stack[e, -1] = new_frames(1)[0]
-        if channels_last:  # (n, k, *frame) -> (n, *frame[:-1], k * c)
-            def cl(x):
-                return np.moveaxis(x, 1, -2).reshape(n_envs, *frame[:-1], k * frame[-1])
-            yield cl(obs), cl(nxt)
-        else:
-            yield obs.reshape(n_envs, k * frame[0], *frame[1:]), nxt.reshape(n_envs, k * frame[0], *frame[1:])
 
 PAIRS = {
     "replay": (ReplayBuffer, CompressedReplayBuffer),
