@@ -99,8 +99,8 @@ from sb3_integration.frame_state import (
     UNWRITTEN,
     WRAP,
     FrameStoreState,
-    check_state,
-    far_array,
+    capture,
+    install,
     pickle_state,
     unpickle_state,
 )
@@ -771,20 +771,11 @@ class FrameStore:
     def state_dict(self) -> FrameStoreState:
         """This store at this moment (copies; the frames as a snapshot): close it when done.
 
-        The store may go on being written meanwhile; the state does not change.
+        The store may go on being written meanwhile; the state does not change
+        (:func:`sb3_integration.frame_state.capture`).
         """
         with self._lock:
-            return FrameStoreState(
-                obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
-                stacks_per_row=self.stacks_per_row, dedup=self.dedup, layout=self.layout,
-                ring_frames=self.ring_frames if self.layout is not None else None,
-                slots=self.slots.copy(), deltas=self.deltas.copy(), far=far_array(self.far),
-                pads=self.pads.copy(), heads=self.heads.copy(), released=self.released.copy(),
-                last_slot=self.last_slot.copy(), last_pad=self.last_pad.copy(), has_last=self.has_last.copy(),
-                last=None if self.last is None else self.last.copy(), used=list(self.used),
-                frames=self._frames_snapshot(),
-                pending=[(w, r, x.copy()) for w, r, x in self._pending],
-            )
+            return capture(self)
 
     def _frames_snapshot(self) -> ArraySnapshot | None:
         """The frames now: a ChunkedArray's snapshot, or device frames encoded on the host with ``codec``."""
@@ -799,17 +790,15 @@ class FrameStore:
         snapshot or plain state is copied into a new array on this store's tier.
         A store with ``device`` copies the frames of any of them onto the device
         (a ChunkedArray given is read, not kept).
-        Raises ValueError (and changes nothing) when the state does not fit.
+        Raises ValueError (and changes nothing) when the state does not fit
+        (:func:`sb3_integration.frame_state.install`).
         """
-        check_state(state, obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
-                    stacks_per_row=self.stacks_per_row, dedup=self.dedup, chunk_len=self.chunk_len,
-                    max_ring_frames=self._round((self.n_rows + 1) * self.stacks_per_row
-                                                * (state.layout.depth if state.layout else 1)
-                                                + 2 * self.chunk_len),
-                    name=self.name)
-        given = state.frames
+        install(self, state)
+
+    def _state_frames(self, given: Any, layout: StackLayout | None) -> ChunkedArray | DeviceArray | None:
+        """The frame array a state's ``frames`` becomes in this store (see :meth:`load_state_dict`)."""
         frames: ChunkedArray | DeviceArray | None
-        if self.device is not None and given is not None and state.layout is not None:
+        if self.device is not None and given is not None and layout is not None:
             frames = self._device_frames(given)
         elif isinstance(given, ArraySnapshot):
             tier = self._make_tier()
@@ -821,20 +810,7 @@ class FrameStore:
             frames = given
         if frames is not None:
             frames.max_open = self.n_envs + 1
-        new = {
-            "slots": state.slots, "deltas": state.deltas, "pads": state.pads,
-            "far": {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()},
-            "heads": state.heads, "released": state.released, "last_slot": state.last_slot,
-            "last_pad": state.last_pad, "has_last": state.has_last, "used": [bool(u) for u in state.used],
-            "_pending": list(state.pending), "layout": state.layout,
-            "frames": frames if state.layout is not None else None,
-            "last": state.last if state.layout is not None else None,
-        }
-        with self._lock:
-            old = self.frames
-            self.__dict__.update(new)  # one step
-            if old is not None and old is not self.frames:
-                old.close()
+        return frames
 
     def _device_frames(self, frames: Any) -> DeviceArray:
         """The frames of a state (ChunkedArray, snapshot or pickled state) copied onto the device."""
