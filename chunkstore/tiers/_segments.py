@@ -489,10 +489,12 @@ class SegmentedTier(Tier):
             with self._lock:
                 self._segments[seg.id] = seg
                 self._reserved += cap
-        self._current = seg
         if moved:  # a new segment, or storage that moved: the native read path's table is stale
             with self._lock:
                 self._storage_moved()
+        # only now the append target: a Ctrl-C before this line leaves a segment nothing was put in,
+        # never one whose chunks the native read path's address table does not know
+        self._current = seg
         return seg
 
     def _seal_current(self) -> None:
