@@ -13,7 +13,7 @@ returns an :class:`Outcome` per side; :func:`check_row` holds ours to the row:
   ends in the same state (every array of SB3's buffer, bit for bit);
 * SB3 accepts and ours refuses: ours raises the named exception, unchanged.
 
-``tests/test_sb3_errors.py`` runs the table; ``tools/errors_doc.py`` writes it
+``tests/sb3_integration/test_sb3_errors.py`` runs the table; ``tools/errors_doc.py`` writes it
 to ``docs/errors.md`` with the messages of a live run.
 """
 

@@ -32,7 +32,7 @@ HEADER = """# Errors: exact where SB3 is exact
 
 A compressed buffer is a drop-in for SB3's, so it fails the way SB3 fails. For every misuse
 below, SB3 {sb3}'s buffer and ours were run side by side on the same input
-(`tests/test_sb3_errors.py`, one test per row and class; this file is written by
+(`tests/sb3_integration/test_sb3_errors.py`, one test per row and class; this file is written by
 `python tools/errors_doc.py` from such a run, numpy {numpy}):
 
 * **SB3 raises**: ours raises an instance of SB3's exception type whose message contains

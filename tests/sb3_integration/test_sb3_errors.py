@@ -17,7 +17,7 @@ from misuse_table import ROWS, cases, check_row
 
 from sb3_integration.errors import BufferUsageError, DataLossError
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
 
 @pytest.mark.parametrize(("row", "cls"), cases(), ids=[f"{r.id}-{c.__name__}" for r, c in cases()])

@@ -23,7 +23,7 @@ import pytest
 from chunkstore import ChunkedArray, CorruptChunkError, FileChangedError, FormatError, hdf5
 from chunkstore.hdf5 import _tempfile
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def small_store(path: Path, fill: int = 1, n: int = 64) -> np.ndarray:

@@ -21,7 +21,7 @@ import pytest
 from chunkstore.codecs import DecodeError, get_codec
 from chunkstore.errors import CorruptChunkError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BOMB_BYTES = 256 << 20  # what each bomb expands to
 EXPECTED = 4096  # what the chunk should hold
 

@@ -12,7 +12,7 @@ import pytest
 
 import sb3_integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_plugin_adds_the_names_to_rl_zoo3s_eval_namespace():

@@ -483,7 +483,7 @@ def test_device_benchmarks_run(tool, header, tmp_path):
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     out = tmp_path / f"{tool}.json"
     env = {**os.environ, "PYTHONPATH": str(repo)}
     res = subprocess.run([sys.executable, str(repo / "tools" / f"{tool}.py"), "--quick", "--games", "Pong",

@@ -18,7 +18,7 @@ import pytest
 
 from chunkstore import ChunkedArray, DiskTier, HybridTier
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 _PROGRAM = """
 import sys, numpy as np

@@ -26,7 +26,7 @@ from chunkstore import (
 from chunkstore import format as fmt
 from chunkstore.codecs import codec_names, get_codec
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPES = [np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64, np.bool_]
 CAPACITY, CHUNK_LEN, ITEM = 203, 16, (3, 5)  # 13 chunks, the last one holds 11 rows
 

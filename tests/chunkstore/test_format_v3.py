@@ -30,7 +30,7 @@ from chunkstore import ChunkedArray, CorruptChunkError, CorruptFileError, hdf5
 from chunkstore.codecs import get_codec
 from chunkstore.hdf5 import ChunkSource, _groups
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPES = [np.uint8, np.int16, np.float32, np.float64, np.bool_, np.int64]
 CODECS = ["lz4-block/0", "rle", "zstd/3", "gzip/1", "none", "xor+zstd/1"]
 

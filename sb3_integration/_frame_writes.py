@@ -1,0 +1,292 @@
+"""The frame store's write path: rows of stacks into streams of distinct frames.
+
+:class:`FrameWrites` is the part of :class:`~sb3_integration.frames.FrameStore` that
+writes (``put``, ``put_row``, ``release_before``, ``clear`` and the steps behind them);
+the module docstring of :mod:`sb3_integration.frames` describes the streams, the
+descriptors and the ring it maintains. A row goes to the native writer
+(:mod:`sb3_integration._native_put`) when it can, in one call for every env and
+every kind of stack; the Python path here is the reference it matches and what it
+falls back to. Crash safety: streams are marked stale before they move, a stream's
+head moves last (frames past it are invisible), frees happen before ``released``
+moves, and whole states are installed in one step.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chunkstore import ChunkedArray, native
+from chunkstore.device import DeviceArray
+from sb3_integration.frame_state import FAR, UNWRITTEN, WRAP
+from sb3_integration.stacking import StackLayout, detect_layout, is_zero, same
+
+__all__ = ["DETECT_MAX_PUTS", "FrameWrites"]
+
+#: stacks kept as plain copies while the layout is not known yet, at most
+DETECT_MAX_PUTS = 32
+#: the ring grows by half when a stream needs more room
+_GROWTH = 1.5
+
+
+class FrameWrites:
+    """The write path of :class:`~sb3_integration.frames.FrameStore` (a base class of it, never used alone)."""
+
+    # installed in one step through __dict__ (see _blank, _streams): declared here for readers and mypy
+    frames: ChunkedArray | DeviceArray | None
+    layout: StackLayout | None
+    last: np.ndarray | None
+    slots: np.ndarray  # (n_rows, n_envs) uint32: the newest frame of a row's first stack, mod 2**32
+    deltas: np.ndarray  # (stacks_per_row - 1, n_rows, n_envs) uint8: the other stacks, relative to it
+    far: dict[tuple[int, int, int], int]  # deltas of FAR: (which, row, env) -> frame number mod 2**32
+    pads: np.ndarray  # (stacks_per_row, n_rows, n_envs) uint8: zero frames at a stack's start
+    used: list[bool]  # which kinds of stack were ever written
+    heads: np.ndarray  # per env: global number of the next frame
+    released: np.ndarray  # per env: frames below this are freed
+    last_slot: np.ndarray  # per env: global number of the last stack's newest frame
+    last_pad: np.ndarray
+    has_last: np.ndarray  # per env: the stream, its last stack and its descriptors agree
+    _pending: list[tuple[int, int, np.ndarray]]  # stacks put before the layout was known
+
+    _lock: threading.RLock
+    obs_shape: tuple[int, ...]
+    dtype: np.dtype
+    n_rows: int
+    n_envs: int
+    stacks_per_row: int
+    chunk_len: int
+    dedup: bool
+    axis_order: tuple[int, ...]
+    name: str
+
+    if TYPE_CHECKING:  # defined by FrameStore
+        @property
+        def ring_frames(self) -> int: ...
+        @property
+        def max_ring_frames(self) -> int: ...
+
+        def _check_open(self) -> None: ...
+        def _decide(self, layout: StackLayout) -> None: ...
+        def _round(self, frames: int) -> int: ...
+        def _blank(self) -> dict[str, Any]: ...
+        def _streams(self, layout: StackLayout | None) -> dict[str, Any]: ...
+
+    # -- writing -------------------------------------------------------------------
+    def put(self, which: int, row: int, x: np.ndarray) -> None:
+        """Store ``x`` (``(n_envs, *obs_shape)``, our dtype, validated by the caller) at ``[which, row]``."""
+        with self._lock:
+            self._check_open()
+            if self.layout is None:
+                self._put_pending(which, row, x)
+            elif not self._put_native(row, (x,), (which,)):
+                self._put(which, row, x)
+
+    def put_row(self, row: int, stacks: Sequence[np.ndarray]) -> None:
+        """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers.
+
+        Every env and every kind in one native call when it can (:mod:`sb3_integration._native_put`).
+        """
+        with self._lock:
+            self._check_open()
+            if self.layout is not None and self._put_native(row, stacks, range(len(stacks))):
+                return
+            for which, x in enumerate(stacks):
+                self.put(which, row, x)
+
+    def _put_native(self, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
+        """Store a row with one native call (:mod:`sb3_integration._native_put`); False if it cannot."""
+        writer = self._row_writer()
+        return writer is not None and bool(writer.store(self, row, stacks, whiches))
+
+    def _row_writer(self) -> Any:
+        """This store's native writer (built once per layout), or None: no native layer, or no open chunks."""
+        nat = _native_writer()
+        if nat is None or self.layout is None or not hasattr(self.frames, "open_chunks"):
+            return None
+        writer = self.__dict__.get("_writer")
+        if writer is None or writer.layout is not self.layout:
+            writer = nat.RowWriter(self.layout, self.obs_shape, self.dtype.itemsize, self.n_envs, self.chunk_len,
+                                   self.dedup, self.stacks_per_row)
+            self.__dict__["_writer"] = writer
+        return writer
+
+    def _put_pending(self, which: int, row: int, x: np.ndarray) -> None:
+        prev = self._pending[-1][2] if self._pending else None
+        self._pending.append((which, row, np.array(x, copy=True)))
+        self.used[which] = True
+        if prev is not None:
+            for e in range(self.n_envs):
+                lay = detect_layout(prev[e], x[e], self.axis_order)
+                if lay is not None:
+                    self._decide(lay)
+                    return
+        if len(self._pending) >= DETECT_MAX_PUTS:
+            self._decide(StackLayout.whole(self.obs_shape))
+
+    def _put(self, which: int, row: int, x: np.ndarray) -> None:
+        """The write path in Python, env by env (the reference the native path matches)."""
+        for e in range(self.n_envs):
+            self._put_env(which, row, e, x[e])
+        self.used[which] = True
+
+    def _put_env(self, which: int, row: int, e: int, xe: np.ndarray) -> None:
+        lay, last = self.layout, self.last
+        assert lay is not None and last is not None
+        k = lay.depth
+        if self.dedup and self.has_last[e]:
+            le = last[e]
+            if same(xe, le):
+                self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
+                return
+            if k > 1 and same(xe[lay.older], le[lay.newer]):
+                pad = max(int(self.last_pad[e]) - 1, 0)
+                self.has_last[e] = False  # the stream moves: its last stack is stale until _remember
+                self._append(e, lay.frames(xe, k - 1))
+                self._remember(which, row, e, xe, pad)
+                return
+        xs = lay.frames(xe, 0)
+        pad = 0
+        while pad < k and is_zero(xs[pad]):
+            pad += 1
+        self.has_last[e] = False
+        self._append(e, xs[pad:])
+        self._remember(which, row, e, xe, pad)
+
+    def _remember(self, which: int, row: int, e: int, x: np.ndarray, pad: int) -> None:
+        newest = int(self.heads[e]) - 1
+        assert self.last is not None
+        self.last[e] = x
+        self._describe(which, row, e, newest, pad)
+        self.last_slot[e], self.last_pad[e] = newest, pad
+        self.has_last[e] = True  # last: the stream, its last stack and its descriptors agree
+
+    def _describe(self, which: int, row: int, e: int, newest: int, pad: int) -> None:
+        self.pads[which, row, e] = pad
+        if which == 0:
+            self.slots[row, e] = newest % WRAP
+            if self.stacks_per_row > 1:  # the other kinds were relative to the old first stack
+                self.pads[1:, row, e] = UNWRITTEN
+                if self.far:
+                    for w in range(1, self.stacks_per_row):
+                        self.far.pop((w, row, e), None)
+            return
+        delta = newest - self._newest(0, row, e) if self.pads[0, row, e] != UNWRITTEN else FAR
+        if 0 <= delta < FAR:
+            self.deltas[which - 1, row, e] = delta
+            if self.far:
+                self.far.pop((which, row, e), None)
+        else:
+            self.deltas[which - 1, row, e] = FAR
+            self.far[(which, row, e)] = newest % WRAP
+
+    def _newest(self, which: int, row: int, e: int) -> int:
+        """Global frame number of the newest frame of a written stack."""
+        head = int(self.heads[e])
+        if which and self.deltas[which - 1, row, e] != FAR:
+            return self._newest(0, row, e) + int(self.deltas[which - 1, row, e])
+        low = self.far[(which, row, e)] if which else int(self.slots[row, e])
+        return head - ((head - low) % WRAP)
+
+    def _append(self, e: int, frames: np.ndarray) -> None:
+        """Append ``frames`` (``(m, *frame_shape)``) to env ``e``'s stream: one copy into the open chunk."""
+        m = len(frames)
+        if m == 0:
+            return
+        g = int(self.heads[e])
+        if g + m - int(self.released[e]) > self.ring_frames:
+            self._grow(g + m - int(self.released[e]))
+        arr, F = self.frames, self.ring_frames
+        assert arr is not None
+        base, local = e * F, g % F
+        first = min(m, F - local)  # the run wraps around the ring at most once
+        if m == 1:
+            arr[base + local] = frames[0]
+        else:
+            arr.write(base + local, frames[:first])
+            if first < m:
+                arr.write(base, frames[first:])
+        self.heads[e] = g + m  # frames past the head are invisible: this is the step that adds them
+
+    def _grow(self, need: int) -> None:
+        """Grow the ring by half (at least to ``need`` frames per env), keeping every live chunk."""
+        arr, L, old = self.frames, self.chunk_len, self.ring_frames
+        assert arr is not None
+        new = min(max(self._round(need), self._round(int(_GROWTH * old))), self.max_ring_frames)
+        if new < need:  # pragma: no cover - the worst-case bound makes this unreachable
+            raise RuntimeError(f"{self.name}: a stream needs {need} live frames, over its bound {new}")
+        src, dst = [], []
+        for e in range(self.n_envs):
+            live = np.arange(int(self.released[e]) // L, -(-int(self.heads[e]) // L), dtype=np.int64)
+            src.append(e * (old // L) + live % (old // L))
+            dst.append(e * (new // L) + live % (new // L))
+        arr.remap(new * self.n_envs, np.concatenate(src), np.concatenate(dst))  # one step: ring_frames follows
+
+    def release_before(self, row: int) -> None:
+        """``row`` is the oldest live row: free whole chunks of frames no live row can use.
+
+        Call it after the ring of rows has wrapped (every row written), before
+        overwriting the row that precedes ``row``. Repeating it is harmless.
+        """
+        with self._lock:
+            if self.layout is None or self.frames is None:
+                return
+            writer = self._row_writer()
+            if writer is not None and writer.release(self, row):
+                return
+            k, L = self.layout.depth, self.chunk_len
+            used = [w for w in range(self.stacks_per_row) if self.used[w]]
+            for e in range(self.n_envs):
+                if all(self.pads[w, row, e] == UNWRITTEN for w in used):
+                    continue  # not written yet (rows filled out of order): nothing to infer from it
+                low = int(self.heads[e]) - k
+                for w in used:
+                    if self.pads[w, row, e] != UNWRITTEN:
+                        low = min(low, self._newest(w, row, e) - (k - 1))
+                aligned = max(low, 0) // L * L
+                if aligned > self.released[e]:
+                    self._free(e, int(self.released[e]), aligned)
+                    self.released[e] = aligned  # after the frees: an interrupt repeats them, harmlessly
+
+    def _free(self, e: int, g0: int, g1: int) -> None:
+        arr, F = self.frames, self.ring_frames
+        assert arr is not None
+        base = e * F
+        if g1 - g0 >= F:
+            arr.discard(base, base + F)
+            return
+        a, b = g0 % F, g1 % F
+        if a < b:
+            arr.discard(base + a, base + b)
+        else:
+            arr.discard(base + a, base + F)
+            arr.discard(base, base + b)
+
+    def clear(self) -> None:
+        """Everything back to zeros (unwritten); the detected layout and ring are kept."""
+        with self._lock:
+            self._check_open()
+            self.has_last[:] = False  # first: no put extends a stream about to be freed
+            self.pads[...] = UNWRITTEN  # every row reads as zeros from here on
+            if self.frames is not None:
+                self.frames.clear()
+            fresh = {**self._blank(), **self._streams(self.layout), "layout": self.layout, "frames": self.frames}
+            self.__dict__.update(fresh)  # one step
+
+
+_WRITER: Any = None  # sb3_integration._native_put once imported
+
+
+def _native_writer() -> Any:
+    """The native write path's module when the native layer is available (not disabled), else None."""
+    global _WRITER
+    if not native.available():
+        return None
+    if _WRITER is None:
+        from sb3_integration import _native_put
+
+        _WRITER = _native_put
+    return _WRITER
+
