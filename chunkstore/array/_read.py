@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore import _threads, native
+from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.array._fields import ArrayFields
 from chunkstore.errors import CorruptChunkError, FileChangedError
 from chunkstore.tiers import ChunkRef
@@ -268,25 +269,10 @@ class ReadPath(ArrayFields):
             yield from self.chunk(c)
 
     def _check_index(self, i: int) -> int:
-        if not -self.capacity <= i < self.capacity:
-            raise IndexError(f"index {i} is out of bounds for {self.name} of capacity {self.capacity}")
-        return i % self.capacity
+        return check_index(i, self.capacity, self.name)
 
     def _normalize_indices(self, indices: Any) -> np.ndarray:
-        idx = np.asarray(indices)
-        if idx.dtype == bool:
-            if idx.shape != (self.capacity,):
-                raise IndexError(f"boolean index of shape {idx.shape} does not match {self.capacity}")
-            return np.flatnonzero(idx)
-        if idx.size == 0:
-            return idx.astype(np.int64)
-        if idx.dtype.kind not in "iu":
-            raise IndexError(f"{self.name}: indices must be integers, got dtype {idx.dtype}")
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < -self.capacity or hi >= self.capacity:
-            bad = lo if lo < -self.capacity else hi
-            raise IndexError(f"index {bad} is out of bounds for {self.name} of capacity {self.capacity}")
-        return idx + self.capacity * (idx < 0) if lo < 0 else idx
+        return normalize_indices(indices, self.capacity, self.name)
 
     # -- chunk-level access (persistence, tools) ----------------------------------------
     def stored_chunks(self) -> np.ndarray:
