@@ -35,6 +35,7 @@ __all__ = [
     "STORE_OPTIONS",
     "ObservationView",
     "StoreOptions",
+    "check_positive_or_none",
     "coerce_obs",
     "device_budget",
     "lossless_obs",
@@ -134,11 +135,15 @@ STORE_OPTIONS: dict[str, Any] = {"preset": None, "chunk_len": None, "cache_bytes
                                  "buffer_device": None, "heap_bytes": None}
 
 
+def check_positive_or_none(name: str, value: Any) -> None:
+    """ValueError unless ``value`` is None or a positive int (not a bool)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
 def _device_options(buffer_device: Any, heap_bytes: Any, tier: Any) -> tuple[Any, int | None]:
     """``buffer_device`` as a torch.device (None: host) and ``heap_bytes``, checked now."""
-    if heap_bytes is not None and (isinstance(heap_bytes, bool) or not isinstance(heap_bytes, (int, np.integer))
-                                   or heap_bytes <= 0):
-        raise ValueError(f"heap_bytes must be a positive int or None, got {heap_bytes!r}")
+    check_positive_or_none("heap_bytes", heap_bytes)
     if buffer_device is None:
         if heap_bytes is not None:
             raise ValueError("heap_bytes is the device budget of buffer_device: pass buffer_device too "

@@ -30,6 +30,7 @@ import torch as th
 from gymnasium import spaces
 
 from chunkstore import Codec
+from sb3_integration._common import check_positive_or_none
 from sb3_integration.extra_buffers import CodecFallbackWarning, resolve_compression_method
 from sb3_integration.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
 from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
@@ -173,10 +174,8 @@ class CompressedArray:
 def _gpu_options(self: Any, device: Any, buffer_device: Any, heap_bytes: int | None,
                  max_slot_bytes: int | None) -> th.device:
     """Check and keep sb3-extra-buffers' GPU arguments; the frames' device (default: ``device``)."""
-    for name, value in (("heap_bytes", heap_bytes), ("max_slot_bytes", max_slot_bytes)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                                  or value <= 0):
-            raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    check_positive_or_none("heap_bytes", heap_bytes)
+    check_positive_or_none("max_slot_bytes", max_slot_bytes)
     self.heap_bytes, self.max_slot_bytes = heap_bytes, max_slot_bytes
     from stable_baselines3.common.utils import get_device
 

@@ -237,8 +237,9 @@ class FileTier(Tier):
 
     def _file_chunk(self, ref: ChunkRef, *, live: bool = True) -> int:
         """The table index of a file chunk ``ref`` (live, unless ``live=False``); else UnknownRefError."""
-        k = int(self._table_index(np.array([ref.offset]), np.array([ref.nbytes]))[0])
-        if k < 0 or (live and not self._live[k]):
+        k = int(np.searchsorted(self._offsets, ref.offset))  # a scalar lookup: this runs per read
+        if (k >= len(self._offsets) or self._offsets[k] != ref.offset or self._nbytes[k] != ref.nbytes
+                or (live and not self._live[k])):
             raise UnknownRefError(f"{ref!r} is not a live chunk of {self.file.path} (released already, "
                                   "or not one of its chunks)")
         return k
