@@ -35,6 +35,8 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import ChunkedArray, ChunkRef, Codec, Tier
+from sb3_integration.distributed import options, remote
+from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterTimeout
 from sb3_integration.distributed.service import ReplayService
 from sb3_integration.distributed.wire import SampleReply
 from sb3_integration.distributed.writer import ReplayWriter
@@ -43,6 +45,8 @@ __all__ = ["DECODE_DEFAULT", "DistributedReplayBuffer", "GlobalSampler", "ShardU
 
 #: where a batch's observations are decoded by default (see the module docstring)
 DECODE_DEFAULT = "learner"
+#: a shard that failed is probed again after PROBE_FIRST_S, then at doubling intervals up to PROBE_MAX_S
+PROBE_FIRST_S, PROBE_MAX_S = 0.2, 2.0
 
 
 class ShardUnavailableWarning(RuntimeWarning):
@@ -78,6 +82,9 @@ class GlobalSampler:
                  timeout: float | None = None, threads: int | None = None, prefetch: bool = False) -> None:
         if decode not in ("learner", "shard"):
             raise ValueError(f"decode must be 'learner' or 'shard', got {decode!r}")
+        timeout = options.seconds("timeout", timeout)
+        if threads is not None:
+            threads = options.count("threads", threads)
         self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
         self.decode, self.timeout, self.threads, self.prefetch = decode, timeout, threads, bool(prefetch)
         self._pending: tuple[int, Any, Any] | None = None
@@ -85,34 +92,67 @@ class GlobalSampler:
         self.spec = self.service.config.spec
         n = self.service.n_shards
         self.sizes = np.zeros(n, np.int64)
-        self._down: set[int] = set()
+        self.weights = np.zeros(n, np.float64)  # each shard's sampling mass, from its latest reply
+        self._down: dict[int, list[Any]] = {}  # shard -> [next probe time, probe ref or None, delay]
         self._codec: tuple[int, Codec] | None = None
         self._layout: Any = None
         self.bytes_received = 0
 
+    # -- every shard's weight ------------------------------------------------------------
     def refresh_sizes(self) -> np.ndarray:
-        """Ask every shard for its size (shards that do not answer count as empty)."""
-        import ray
-
-        refs = [self.service.shard(i).size.remote() for i in range(len(self.sizes))]
-        for i, ref in enumerate(refs):
-            try:
-                self.sizes[i] = ray.get(ref, timeout=30)
-            except Exception:
-                self._mark_down(i)
-                self.sizes[i] = 0
+        """Ask every shard for its size and weight now (a shard that is down is probed at once)."""
+        for i in list(self._down):
+            self._down[i][0] = 0.0
+        self._poll_probes(wait=5.0)
+        self._collect(self._submit(np.zeros(len(self.sizes), np.int64), np.random))
         return self.sizes
 
     def _mark_down(self, i: int) -> None:
+        self.sizes[i], self.weights[i] = 0, 0.0
         if i not in self._down:
-            self._down.add(i)
+            self._down[i] = [time.monotonic() + PROBE_FIRST_S, None, PROBE_FIRST_S]
             warnings.warn(f"replay service {self.service.name!r}: shard {i} is unavailable; sampling "
-                          "from the other shards until it answers again", ShardUnavailableWarning, stacklevel=4)
+                          "from the other shards until it answers again", ShardUnavailableWarning, stacklevel=5)
 
+    def _poll_probes(self, wait: float = 0.0) -> None:
+        """Probe shards that are down on their schedule; one that answers is sampled again."""
+        import ray
+
+        now = time.monotonic()
+        for i, state in self._down.items():
+            if state[1] is None and now >= state[0]:
+                state[1] = self.service.shard(i).weight.remote()
+        refs = [s[1] for s in self._down.values() if s[1] is not None]
+        if not refs:
+            return
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait)
+        done = {r.hex() for r in ready}
+        for i, state in list(self._down.items()):
+            if state[1] is None or state[1].hex() not in done:
+                continue
+            try:
+                size, weight = remote.get(state[1])
+            except (ray.exceptions.RayActorError, ValueError):
+                state[2] = min(PROBE_MAX_S, 2 * state[2])
+                state[0], state[1] = time.monotonic() + state[2], None
+                continue
+            del self._down[i]
+            self.sizes[i], self.weights[i] = size, weight
+
+    def _live_weights(self) -> np.ndarray:
+        w = self.weights.copy()
+        w[list(self._down)] = 0.0
+        return w
+
+    # -- sampling ---------------------------------------------------------------------------
     def sample(self, n: int, rng: Any = np.random) -> dict[str, np.ndarray]:
         """``n`` transitions: ``obs``, ``next_obs``, ``actions``, ``rewards``, ``dones``, ``timeouts``,
         and where they came from (``shard``, ``row``).
 
+        Each shard's share is drawn from a multinomial over the shards' weights as their
+        latest replies gave them (every shard is asked every time, for its share or for its
+        weight alone; a shard that is down is probed on a schedule), so each stored
+        transition is equally likely, up to what changed within the last round trip.
         The rate limiter's permit and the shards' replies are asked for at once (reading
         a shard changes nothing); replies that arrive before the permit was granted are
         used only if the permit then comes at once, otherwise the batch is fetched again
@@ -122,6 +162,11 @@ class GlobalSampler:
         asking once a sample was allowed, since nothing can block it again; the
         limiter's ``samples`` count then stays where it was.
         """
+        n = options.count("n", n, minimum=0)
+        if self.service.closed:
+            raise LimiterClosed(f"replay service {self.service.name!r} is closed")
+        if n == 0:
+            return self._empty()
         pending, self._pending = self._pending, None
         if pending is None or pending[0] != n:
             pending = (n, *self._start(n, rng))
@@ -130,13 +175,22 @@ class GlobalSampler:
             self._pending = (n, *self._start(n, rng))
         return batch
 
+    def _empty(self) -> dict[str, np.ndarray]:
+        spec, f = self.spec, np.zeros(0, np.float32)
+        obs = np.zeros((0, *spec.obs_shape), spec.obs_dtype)
+        return {"obs": obs, "next_obs": obs.copy(), "actions": np.zeros((0, *spec.action_shape), spec.action_dtype),
+                "rewards": f, "dones": f.copy(), "timeouts": f.copy(), "shard": np.zeros(0, np.int64),
+                "row": np.zeros(0, np.int64)}
+
     def _start(self, n: int, rng: Any) -> tuple[Any, Any]:
         """Ask for the permit and, if any shard is known to hold data, for the replies."""
         # a MinSize limiter never blocks again once it let one sample through: no more asking
         permit = None if self._unlimited else self.service.coordinator.acquire_sample.remote(n, self.timeout)
-        if not self.sizes.sum():  # nothing seen yet: the permit first (it waits for min_size)
+        self._poll_probes()
+        weights = self._live_weights()
+        if not weights.sum():  # nothing seen yet: the permit first (it waits for min_size)
             return permit, None
-        return permit, self._submit(self._split(n, rng, None), rng)
+        return permit, self._submit(rng.multinomial(n, weights / weights.sum()), rng)
 
     def _finish(self, n: int, permit: Any, asked: Any, rng: Any) -> dict[str, np.ndarray]:
         import ray
@@ -152,44 +206,47 @@ class GlobalSampler:
         else:
             self._await_permit(permit)
             left = n
-        for _ in range(len(self.sizes) + 1):  # each round loses at least one failing shard
-            if left == 0:
-                break
+        while left:  # each round either serves the rest or loses a shard (which is then probed)
             got, left = self._collect(self._submit(self._split(left, rng, deadline), rng))
             replies += got
-        if left:
-            raise RuntimeError(f"replay service {self.service.name!r}: no shard could serve {left} samples")
-        return self._join(replies)
+        return self._join([r for r in replies if r.n])
 
     def _await_permit(self, permit: Any) -> None:
         import ray
 
-        from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterTimeout
-
         if permit is None:
             return
         try:
-            ray.get(permit)
-        except (RateLimiterTimeout, LimiterClosed) as e:  # Ray's wrapper is also the cause's type
-            raise type(e)(str(e).splitlines()[-1]) from None
+            remote.get(permit)
+        except ray.exceptions.RayActorError:
+            raise LimiterClosed(f"replay service {self.service.name!r} is closed (its coordinator is gone)") from None
         self._unlimited = self.service.config.limiter["kind"] == "min_size"
 
     def _split(self, n: int, rng: Any, deadline: float | None) -> np.ndarray:
-        sizes = np.where(np.isin(np.arange(len(self.sizes)), list(self._down)), 0, self.sizes)
+        """Per-shard counts of ``n`` samples in proportion to the weights; while no shard is known
+        to hold data, ask them all (with a bounded back-off) until ``deadline``."""
         delay = 0.01
-        while sizes.sum() == 0:  # nothing seen yet: ask, with a bounded back-off
-            sizes = self.refresh_sizes().copy()
-            if sizes.sum():
-                break
+        while True:
+            self._poll_probes()
+            weights = self._live_weights()
+            if weights.sum():
+                return rng.multinomial(n, weights / weights.sum())
+            self._collect(self._submit(np.zeros(len(self.sizes), np.int64), rng))
+            if self._live_weights().sum():
+                continue
+            if self.service.is_closed():
+                raise LimiterClosed(f"replay service {self.service.name!r} is closed")
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"replay service {self.service.name!r}: no shard holds data")
-            time.sleep(delay)
+                raise RateLimiterTimeout(f"replay service {self.service.name!r}: no shard held data "
+                                         f"within the timeout of {self.timeout} s ({len(self._down)} of "
+                                         f"{len(self.sizes)} shards unavailable)")
+            self._poll_probes(wait=delay)
             delay = min(1.0, 2 * delay)
-        return rng.multinomial(n, sizes / sizes.sum())
 
     def _submit(self, counts: np.ndarray, rng: Any) -> list[tuple[int, int, Any]]:
-        """One sample call per shard with a nonzero count: ``(shard, count, ref)``."""
-        want = [(i, int(c)) for i, c in enumerate(counts) if c]
+        """One sample call to every shard that is up: ``(shard, count, ref)`` (a count of 0
+        asks for the shard's weight alone)."""
+        want = [(i, int(c)) for i, c in enumerate(counts) if i not in self._down]
         seeds = rng.randint(0, 2**31 - 1, size=len(want)) if hasattr(rng, "randint") else \
             rng.integers(0, 2**31 - 1, size=len(want))
         return [(i, c, self.service.shard(i).sample.remote(c, int(s), self.decode == "shard"))
@@ -202,14 +259,16 @@ class GlobalSampler:
         out, left = [], 0
         for i, c, ref in asked:
             try:
-                reply = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                reply = remote.get(ref)
+            except ray.exceptions.RayActorError:
                 self._mark_down(i)
-                self.sizes[i] = 0
                 left += c
                 continue
-            self._down.discard(i)
-            self.sizes[i] = reply.size
+            except IndexError:  # emptied since its last reply (restarted without a checkpoint)
+                self.sizes[i], self.weights[i] = 0, 0.0
+                left += c
+                continue
+            self.sizes[i], self.weights[i] = reply.size, reply.weight
             self.bytes_received += reply.nbytes
             out.append(reply)
         return out, left
@@ -341,7 +400,7 @@ class DistributedReplayBuffer(ReplayBuffer):
         if tuple(spec.obs_shape) != tuple(self.obs_shape) or spec.action_shape != (self.action_dim,):  # type: ignore[arg-type]
             raise ValueError(f"service {self.service.name!r} stores observations {spec.obs_shape} and actions "
                              f"{spec.action_shape}; this buffer is for {self.obs_shape} and ({self.action_dim},)")
-        self.timeout, self.flush_every = timeout, int(flush_every)
+        self.timeout, self.flush_every = timeout, options.count("flush_every", flush_every)
         self.writer: ReplayWriter | None = None
 
     def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,

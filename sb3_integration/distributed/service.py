@@ -10,6 +10,13 @@
   :class:`~sb3_integration.distributed.shard_store.ShardStore`. Shards never talk to
   each other; a shard asks the coordinator only for a newer codec.
 
+Eviction is the service's, not a shard's: with each insert permit the coordinator hands
+the message a range of global stamps, and tells every shard the number of stamps handed
+out whenever it grew by ``capacity / 64`` since it last told them; a shard lets go of
+rows stamped ``capacity`` or more below the newest stamp it heard of (see
+:mod:`~sb3_integration.distributed.shard_store`). So the service keeps what one buffer of
+``capacity`` would keep, however writers are spread over shards.
+
 Every actor lives in the Ray namespace :data:`NAMESPACE`, so any process of the cluster
 finds the service with ``ReplayService.connect(name)``; ``detached=True`` keeps it
 alive after the creating process exits (``close()`` ends it).
@@ -32,6 +39,7 @@ whose process died with messages unacknowledged.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -44,12 +52,14 @@ import numpy as np
 
 from chunkstore import Codec, get_codec
 from chunkstore.codecs import TrainableCodec
-from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter, RateLimiterTimeout
+from sb3_integration.distributed import options
+from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter
+from sb3_integration.distributed.remote import ServiceUnavailableError, call, get
 from sb3_integration.distributed.shard_store import MissingMessagesError, ShardStore, StoreSpec
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, SampleReply
 from sb3_integration.stacking import StackLayout
 
-__all__ = ["NAMESPACE", "ReplayService", "ServiceConfig"]
+__all__ = ["NAMESPACE", "ReplayService", "ServiceConfig", "ServiceUnavailableError"]
 
 #: the Ray namespace of every service actor
 NAMESPACE = "chunkstore"
@@ -61,7 +71,7 @@ class ServiceConfig:
     """How a service was created (every actor gets a copy)."""
 
     name: str
-    spec: StoreSpec  # per shard
+    spec: StoreSpec  # every shard's (capacity: the service's, which a shard may hold alone)
     n_shards: int
     codec: str
     limiter: dict[str, Any]
@@ -103,6 +113,9 @@ class Coordinator:
         self.layout: StackLayout | None = None
         self.writers: dict[int, int] = {}  # writer id -> shard
         self._lock = threading.Lock()
+        self.stamped = 0  # global insert stamps handed out
+        self._told = 0  # the stamp count last told to every shard
+        self._shards: list[Any] = []
 
     def get_config(self) -> ServiceConfig:
         return self.config
@@ -117,16 +130,45 @@ class Coordinator:
             return {"writer": wid, "shard": shard, "codec": self.codecs[version], "codec_version": version,
                     "layout": self.layout, "spec": self.config.spec, "axis_order": self.config.axis_order}
 
-    def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None]:
+    def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None, int]:
         """Permits for ``n`` inserts, in pieces of at most ``max_insert_batch`` (as Reverb admits
-        items one by one: a message larger than the band can still go in, piece by piece)."""
+        items one by one: a message larger than the band can still go in, piece by piece).
+
+        Returns the newest codec version, its codec if newer than ``have``, and the first of
+        the ``n`` global stamps of the message's rows.
+        """
         step = self.limiter.max_insert_batch
         deadline = None if timeout is None else time.monotonic() + timeout
         for a in range(0, n, step):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             self.limiter.acquire_insert(min(step, n - a), left)
+        with self._lock:
+            stamp, self.stamped = self.stamped, self.stamped + n
+            tell = self.stamped - self._told >= max(1, self.config.spec.capacity // 64)
+            if tell:
+                self._told = self.stamped
+        if tell:
+            self._tell_shards(stamp + n)
         version = max(self.codecs)
-        return version, (self.codecs[version] if version > have else None)
+        return version, (self.codecs[version] if version > have else None), stamp
+
+    def _tell_shards(self, horizon: int) -> None:
+        """Every shard hears how many stamps were handed out (no reply awaited; a shard that
+        is down hears it with its next message or the next telling)."""
+        import ray
+
+        if not self._shards:
+            try:
+                self._shards = [ray.get_actor(self.config.shard_name(i), namespace=NAMESPACE)
+                                for i in range(self.config.n_shards)]
+            except ValueError:  # not all started yet
+                return
+        for shard in self._shards:
+            with contextlib.suppress(Exception):
+                shard.advance.remote(horizon)
+
+    def is_closed(self) -> bool:
+        return self.limiter.closed
 
     def acquire_sample(self, m: int, timeout: float | None) -> int:
         self.limiter.acquire_sample(m, timeout)
@@ -195,8 +237,22 @@ class Shard:
         return self.ack_for(msg.writer)
 
     def ack_for(self, writer: int) -> InsertAck:
-        return InsertAck(self.index, self.epoch, self.store.applied.get(writer, 0),
-                         self.durable.get(writer, 0), self.store.size(), self.store.codec_version)
+        with self.store.lock:
+            return InsertAck(self.index, self.epoch, self.store.applied.get(writer, 0),
+                             self.durable.get(writer, 0), self.store.size(), self.store.codec_version,
+                             self.store.writer_rows(writer))
+
+    def advance(self, horizon: int) -> None:
+        self.store.advance(horizon)
+
+    def weight(self) -> tuple[int, float]:
+        """This shard's size and sampling mass (a learner's probe of a shard it lost)."""
+        with self.store.lock:
+            return self.store.size(), self.store.weight()
+
+    def live_rows(self) -> np.ndarray:
+        with self.store.lock:
+            return self.store.live_rows()
 
     def sample(self, n: int, seed: int, decode: bool) -> SampleReply:
         reply = self.store.sample(n, np.random.default_rng(seed), decode=decode)
@@ -213,7 +269,8 @@ class Shard:
 
     def info(self) -> dict[str, Any]:
         st = self.store
-        return {"shard": self.index, "epoch": self.epoch, "size": st.size(), "inserted": st.inserted,
+        return {"shard": self.index, "epoch": self.epoch, "size": st.size(), "weight": st.weight(),
+                "inserted": st.inserted, "horizon": st.horizon,
                 "nbytes_stored": st.nbytes_stored, "codec_version": st.codec_version,
                 "chunk_bytes": st.frames.cbytes if st.frames is not None else 0,
                 "restored": self.restored, "applied": dict(st.applied), "durable": dict(self.durable),
@@ -268,9 +325,10 @@ class ReplayService:
         self.name = name
         self._config = config
         self._handles: dict[str, Any] = {}
+        self.closed = False  # close() was called on this handle
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"name": self.name, "_config": self._config, "_handles": {}}
+        return {"name": self.name, "_config": self._config, "_handles": {}, "closed": self.closed}
 
     # -- creating and finding ----------------------------------------------------------
     @classmethod
@@ -297,21 +355,42 @@ class ReplayService:
 
         from sb3_integration._common import stack_axis_order
 
-        if int(n_shards) < 1 or int(capacity) < int(n_shards):
-            raise ValueError(f"need n_shards >= 1 and capacity >= n_shards, got {n_shards}, {capacity}")
-        if int(min_size) > int(capacity):
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        n_shards = options.count("n_shards", n_shards)
+        capacity = options.count("capacity", capacity)
+        if capacity < n_shards:
+            raise ValueError(f"capacity {capacity} is below n_shards {n_shards}")
+        min_size = options.count("min_size", min_size)
+        if min_size > capacity:
             raise ValueError(f"min_size {min_size} exceeds the capacity {capacity}: sampling would never start")
+        chunk_len = options.count("chunk_len", chunk_len)
+        max_restarts = options.count("max_restarts", max_restarts, minimum=-1)  # -1: Ray's "forever"
+        if threads is not None:
+            threads = options.count("threads", threads)
+        if not isinstance(codec, str):
+            raise TypeError(f"codec must be a codec name (str), got {codec!r}")
         get_codec(codec)
         if (samples_per_insert is None) != (error_buffer is None):
             raise ValueError("give samples_per_insert and error_buffer together (or neither)")
-        batches = {"max_insert_batch": int(max_insert_batch), "max_sample_batch": int(max_sample_batch)}
-        limiter: dict[str, Any] = {"kind": "min_size", "min_size": int(min_size), **batches}
+        if checkpoint_every_s is not None:
+            checkpoint_every_s = options.number("checkpoint_every_s", checkpoint_every_s, positive=True)
+            if checkpoint_dir is None:
+                raise ValueError("checkpoint_every_s needs checkpoint_dir")
+        if shard_options is not None and (not isinstance(shard_options, (list, tuple))
+                                          or len(shard_options) > n_shards):
+            raise ValueError(f"shard_options must be a list of at most n_shards ({n_shards}) dicts")
+        batches = {"max_insert_batch": options.count("max_insert_batch", max_insert_batch),
+                   "max_sample_batch": options.count("max_sample_batch", max_sample_batch)}
+        limiter: dict[str, Any] = {"kind": "min_size", "min_size": min_size, **batches}
         if samples_per_insert is not None and error_buffer is not None:
-            limiter = {"kind": "ratio", "samples_per_insert": float(samples_per_insert),
-                       "min_size": int(min_size), "error_buffer": float(error_buffer), **batches}
-        spec = _spec(observation_space, action_space, -(-int(capacity) // int(n_shards)), chunk_len, threads)
-        config = ServiceConfig(name, spec, int(n_shards), codec, limiter, stack_axis_order(observation_space),
-                               checkpoint_dir, checkpoint_every_s, int(max_restarts), bool(detached),
+            limiter = {"kind": "ratio",
+                       "samples_per_insert": options.number("samples_per_insert", samples_per_insert, positive=True),
+                       "min_size": min_size, "error_buffer": options.number("error_buffer", error_buffer,
+                                                                            positive=True), **batches}
+        spec = _spec(observation_space, action_space, capacity, chunk_len, threads)
+        config = ServiceConfig(name, spec, n_shards, codec, limiter, stack_axis_order(observation_space),
+                               checkpoint_dir, checkpoint_every_s, max_restarts, bool(detached),
                                list(shard_options or []))
         config.make_limiter()  # a band that can deadlock fails here, before any actor starts
         if checkpoint_dir is not None:
@@ -374,19 +453,32 @@ class ReplayService:
 
     # -- the coordinator's calls -------------------------------------------------------
     def _call(self, method: str, *args: Any) -> Any:
+        """One call to the coordinator: our errors as themselves; a coordinator that is gone
+        after close() is :class:`LimiterClosed` (the coordinator is never restarted)."""
         import ray
 
+        if self.closed:
+            raise LimiterClosed(f"replay service {self.name!r} is closed")
         try:
-            return ray.get(getattr(self.coordinator, method).remote(*args))
-        except (RateLimiterTimeout, LimiterClosed) as e:  # Ray's wrapper is also the cause's type
-            raise type(e)(str(e).splitlines()[-1]) from None
+            return get(getattr(self.coordinator, method).remote(*args))
+        except ray.exceptions.RayActorError:
+            raise LimiterClosed(f"replay service {self.name!r} is closed (its coordinator is gone)") from None
+
+    def is_closed(self) -> bool:
+        """Whether the service was closed (by any process) or its coordinator is gone."""
+        if self.closed:
+            return True
+        try:
+            return bool(self._call("is_closed"))
+        except LimiterClosed:
+            return True
 
     def register_writer(self) -> dict[str, Any]:
         return self._call("register_writer")
 
-    def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None]:
-        """Permits for ``n`` inserts (one call); the newest codec version, and its codec if newer
-        than ``have``."""
+    def acquire_insert(self, n: int, timeout: float | None, have: int) -> tuple[int, Codec | None, int]:
+        """Permits for ``n`` inserts (one call); the newest codec version, its codec if newer
+        than ``have``, and the global stamp of the first of the ``n`` rows."""
         return self._call("acquire_insert", n, timeout, have)
 
     def acquire_sample(self, m: int, timeout: float | None) -> int:
@@ -406,28 +498,46 @@ class ReplayService:
         return self._call("offer_layout", None)
 
     def limiter_state(self) -> dict[str, float]:
+        """The rate limiter's counts and band: ``inserts``, ``samples``, ``diff``, ``min_size``,
+        ``min_diff``, ``max_diff``, ``samples_per_insert``."""
         return self._call("limiter_state")
 
     # -- the shards' calls -------------------------------------------------------------
-    def sizes(self) -> list[int]:
-        import ray
+    def _each_shard(self, method: str) -> list[Any]:
+        """``method`` of every shard, retried while a shard restarts (ServiceUnavailableError
+        when one does not answer within remote.RETRY_S, or is gone)."""
+        if self.closed:
+            raise LimiterClosed(f"replay service {self.name!r} is closed")
+        restarts = self.config.max_restarts != 0
+        return [call(functools.partial(self._submit_shard, i, method),
+                     f"replay service {self.name!r}: shard {i}.{method}()", restarts=restarts)
+                for i in range(self.n_shards)]
 
-        return ray.get([self.shard(i).size.remote() for i in range(self.n_shards)])
+    def _submit_shard(self, i: int, method: str) -> Any:
+        return getattr(self.shard(i), method).remote()
+
+    def sizes(self) -> list[int]:
+        """Transitions each shard holds now."""
+        return self._each_shard("size")
 
     def info(self) -> list[dict[str, Any]]:
-        import ray
-
-        return ray.get([self.shard(i).info.remote() for i in range(self.n_shards)])
+        """Each shard's state: size, weight, inserted, epoch, restored, bytes stored, codec
+        version, per-writer applied / durable message numbers, last checkpoint, pid, node."""
+        return self._each_shard("info")
 
     def checkpoint(self) -> list[dict[str, float]]:
         """Checkpoint every shard now (in parallel); each returns its pause and total seconds."""
-        import ray
-
-        return ray.get([self.shard(i).checkpoint.remote() for i in range(self.n_shards)])
+        if self.closed:
+            raise LimiterClosed(f"replay service {self.name!r} is closed")
+        return get([self.shard(i).checkpoint.remote() for i in range(self.n_shards)])
 
     def close(self) -> None:
-        """Cancel every blocked call (they raise LimiterClosed) and end the service's actors."""
+        """Cancel every blocked call (they raise LimiterClosed) and end the service's actors.
+
+        Later calls through any handle raise LimiterClosed at once."""
         import ray
+
+        self.closed = True
 
         with _suppress():
             ray.get(self.coordinator.close.remote(), timeout=10)

@@ -15,9 +15,22 @@ its newest frame without a per-stream lookup at sampling time.
 Rows. A transition is held as ``(slot, offset, pad)`` for its observation and next
 observation stacks (the slot of the chunk holding the newest frame, that frame's row
 in the chunk, the count of leading zero frames), SB3's small values, and its stream.
-Rows form a FIFO ring of ``capacity``; overwriting a row frees the chunks of its
-stream that lie wholly before the row's first frame: a stream's stacks never move
-backwards, so no later row of that stream can use them.
+Rows form a FIFO ring (grown on demand up to ``capacity``); a row leaving it frees the
+chunks of its stream that lie wholly before the row's first frame: a stream's stacks
+never move backwards, so no later row of that stream can use them.
+
+Eviction: one buffer of ``capacity`` over all shards. Every row carries a stamp, its
+number in the service's global insert order (the coordinator hands each message a range
+of them with its rate-limiter permit; a store used alone stamps rows itself). The
+``horizon`` is the highest stamp the store has heard of (from its messages and from
+:meth:`ShardStore.advance`); rows stamped below ``horizon - capacity`` leave from the
+front of the ring. Together the shards keep the newest ``capacity`` transitions of the
+service, up to what a shard has not heard of yet (see the README's eviction rule).
+
+Weight. :meth:`ShardStore.weight` is the shard's sampling mass: its transition count
+under uniform sampling. Learners split a batch over shards in proportion to it, so
+every transition of the service is equally likely; a prioritized store would return its
+priority mass here.
 """
 
 from __future__ import annotations
@@ -39,10 +52,11 @@ __all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "StoreSpec"]
 
 #: the ``format`` attribute of a shard checkpoint, and its version
 SHARD_FORMAT = "sb3_integration.distributed.shard"
-SHARD_FORMAT_VERSION = 1
+SHARD_FORMAT_VERSION = 2  # 2: stamped rows, a ring that grows, a horizon
 NONE = np.uint32(0xFFFFFFFF)  # a stack with no stored frame (all zeros)
 _GROWTH = 1.5
-_ROW_FIELDS = ("stream", "slot_obs", "off_obs", "pad_obs", "slot_next", "off_next", "pad_next",
+_MIN_RING = 1024
+_ROW_FIELDS = ("stamp", "stream", "slot_obs", "off_obs", "pad_obs", "slot_next", "off_next", "pad_next",
                "actions", "rewards", "dones", "timeouts")
 
 
@@ -142,7 +156,8 @@ class ShardStore:
         self.capacity = int(spec.capacity)
         self.layout: StackLayout | None = None
         self.frames: ChunkedArray | None = None
-        self.pos, self.full, self.inserted = 0, False, 0
+        self.pos, self.count, self.inserted = 0, 0, 0
+        self.horizon = 0  # the highest global stamp heard of
         self.applied: dict[int, int] = {}
         self.streams: list[_Stream] = []
         self._stream_ids: dict[tuple[int, int], int] = {}
@@ -151,9 +166,13 @@ class ShardStore:
         self.slot_chunk = np.zeros(0, np.int64)
         self.slot_prev = np.zeros(0, np.int64)
         self._rows_dtype = spec.row_dtype
-        cap = self.capacity
-        self.rows: dict[str, np.ndarray] = {
-            "stream": np.full(cap, -1, np.int32),
+        self.rows = self._new_rows(min(self.capacity, _MIN_RING))
+        self.lock = threading.RLock()
+
+    def _new_rows(self, cap: int) -> dict[str, np.ndarray]:
+        spec = self.spec
+        return {
+            "stamp": np.full(cap, -1, np.int64), "stream": np.full(cap, -1, np.int32),
             "slot_obs": np.full(cap, NONE, np.uint32), "off_obs": np.zeros(cap, np.uint16),
             "pad_obs": np.zeros(cap, np.uint8),
             "slot_next": np.full(cap, NONE, np.uint32), "off_next": np.zeros(cap, np.uint16),
@@ -162,11 +181,33 @@ class ShardStore:
             "rewards": np.zeros(cap, np.float32), "dones": np.zeros(cap, np.float32),
             "timeouts": np.zeros(cap, np.float32),
         }
-        self.lock = threading.RLock()
 
     # -- sizes ---------------------------------------------------------------------
     def size(self) -> int:
-        return self.capacity if self.full else self.pos
+        """Transitions held."""
+        return self.count
+
+    def weight(self) -> float:
+        """This shard's sampling mass (see the module docstring): its transition count."""
+        return float(self.count)
+
+    @property
+    def ring(self) -> int:
+        """Rows the ring has room for now (it grows up to ``capacity``)."""
+        return len(self.rows["stream"])
+
+    @property
+    def tail(self) -> int:
+        """Ring position of the oldest row."""
+        return (self.pos - self.count) % self.ring
+
+    def live_rows(self) -> np.ndarray:
+        """Ring positions of the rows held, oldest first."""
+        return (self.tail + np.arange(self.count)) % self.ring
+
+    def writer_rows(self, writer: int) -> int:
+        """Transitions of ``writer`` held."""
+        return sum(st.live_rows for st in self.streams if st.writer == writer)
 
     @property
     def nbytes_stored(self) -> int:
@@ -189,7 +230,7 @@ class ShardStore:
     # -- the pool of chunk slots -----------------------------------------------------
     def _make_frames(self, layout: StackLayout) -> None:
         self.layout = layout
-        slots = math.ceil(1.25 * self.capacity / self.L) + 64
+        slots = math.ceil(1.25 * self.ring / self.L) + 64  # grows with the ring (_alloc)
         self.frames = ChunkedArray(slots * self.L, layout.frame_shape, self.spec.obs_dtype,
                                    chunk_len=self.L, codec=self.codec, threads=self.spec.threads,
                                    name=f"{self.name}.frames", max_open=1)
@@ -249,7 +290,7 @@ class ShardStore:
             self._check_message(msg)
             rows = unpack_rows(msg.rows, msg.n_rows, self._rows_dtype)
             self._install_chunks(msg)
-            self._write_rows(msg.writer, rows)
+            self._write_rows(msg.writer, rows, msg.stamp)
             self.applied[msg.writer] = msg.seq
             return msg.seq
 
@@ -315,7 +356,7 @@ class ShardStore:
             off[m] = g[m] % L
         return slot, off
 
-    def _write_rows(self, writer: int, recs: np.ndarray) -> None:
+    def _write_rows(self, writer: int, recs: np.ndarray, stamp: int = -1) -> None:
         if len(recs) == 0:
             return
         k = self.layout.depth if self.layout is not None else 1
@@ -328,21 +369,62 @@ class ShardStore:
                 "slot_next": sn, "off_next": on, "pad_next": recs["pad_next"],
                 "actions": recs["action"], "rewards": recs["reward"], "dones": recs["done"],
                 "timeouts": recs["timeout"]}
+        first = self.inserted if stamp < 0 else stamp  # a store used alone stamps rows itself
+        cols["stamp"] = first + np.arange(len(recs), dtype=np.int64)
         for a in range(0, len(recs), self.capacity):  # a batch larger than the ring wraps it
             b = min(len(recs), a + self.capacity)
-            at = (self.pos + np.arange(b - a)) % self.capacity
-            self._evict(at)
+            self._make_room(b - a)
+            at = (self.pos + np.arange(b - a)) % self.ring
             for name, values in cols.items():
                 self.rows[name][at] = values[a:b]
             for sid, count in zip(*np.unique(sids[a:b], return_counts=True), strict=True):
                 self.streams[int(sid)].live_rows += int(count)
-            end = self.pos + b - a
-            self.full = self.full or end >= self.capacity
-            self.pos = end % self.capacity
+            self.pos = (self.pos + b - a) % self.ring
+            self.count += b - a
             self.inserted += b - a
+        self.horizon = max(self.horizon, int(first) + len(recs))
+        self._expire()
+
+    def _make_room(self, n: int) -> None:
+        """Room for ``n <= capacity`` more rows: grow the ring, or let the oldest rows go."""
+        if self.count + n > self.ring and self.ring < self.capacity:
+            self._grow_ring(min(self.capacity, max(2 * self.ring, self.count + n)))
+        over = self.count + n - self.ring
+        if over > 0:
+            self._drop_oldest(over)
+
+    def _grow_ring(self, size: int) -> None:
+        live = self.live_rows()
+        rows = self._new_rows(size)
+        for name, arr in self.rows.items():
+            rows[name][:len(live)] = arr[live]
+        self.rows, self.pos = rows, self.count % size
+
+    def _drop_oldest(self, n: int) -> None:
+        if n > 0:
+            self._evict((self.tail + np.arange(n)) % self.ring)
+            self.count -= n
+
+    def advance(self, horizon: int) -> None:
+        """The service has stamped ``horizon`` rows: let those below ``horizon - capacity`` go."""
+        with self.lock:
+            if horizon > self.horizon:
+                self.horizon = int(horizon)
+                self._expire()
+
+    def _expire(self) -> None:
+        """Drop rows from the front while their stamps are below ``horizon - capacity``."""
+        limit = self.horizon - self.capacity
+        while self.count:
+            block = (self.tail + np.arange(min(self.count, 4096))) % self.ring
+            old = self.rows["stamp"][block] < limit
+            k = len(old) if old.all() else int(np.argmin(old))
+            self._drop_oldest(k)
+            if k < len(block):
+                return
 
     def _evict(self, at: np.ndarray) -> None:
-        """Rows ``at`` are about to be overwritten: free the chunks no later row can use."""
+        """Rows ``at`` (the oldest) leave: free the chunks no later row can use."""
         r = self.rows
         sids = r["stream"][at]
         old = sids >= 0
@@ -365,6 +447,7 @@ class ShardStore:
             if st.closed and st.live_rows == 0:
                 self._release(st.pop_before(st.hi))
         r["stream"][at] = -1
+        r["stamp"][at] = -1
 
     def end_writer(self, writer: int) -> None:
         """``writer`` sends nothing more: its streams' chunks go with their last rows."""
@@ -402,19 +485,21 @@ class ShardStore:
                                self._stack_ids(r["slot_next"][rows], r["off_next"][rows], r["pad_next"][rows])])
 
     def read(self, rows: np.ndarray, *, decode: bool) -> SampleReply:
-        """Transitions at ring positions ``rows`` (``0 <= rows < size()``)."""
+        """Transitions at ring positions ``rows`` (those :meth:`live_rows` names)."""
         with self.lock:
             rows = np.asarray(rows, np.int64)
-            if len(rows) and (rows.min() < 0 or rows.max() >= self.size()):
-                raise IndexError(f"{self.name}: rows must lie in 0..{self.size() - 1}")
+            if len(rows) and (rows.min() < 0 or rows.max() >= self.ring
+                              or ((rows - self.tail) % self.ring >= self.count).any()):
+                raise IndexError(f"{self.name}: rows must be ring positions of held rows (live_rows())")
             r = self.rows
-            reply = SampleReply(shard=-1, n=len(rows), size=self.size(), codec_version=self.codec_version,
+            reply = SampleReply(shard=-1, n=len(rows), size=self.size(), weight=self.weight(),
+                                codec_version=self.codec_version,
                                 actions=r["actions"][rows], rewards=r["rewards"][rows],
                                 dones=r["dones"][rows], timeouts=r["timeouts"][rows], rows=rows)
-            if self.frames is None or self.layout is None:
+            if self.frames is None or self.layout is None or not len(rows):
                 if len(rows):
                     raise IndexError(f"{self.name}: nothing stored yet")
-                return reply
+                return reply  # a weight-only reply
             ids = self.frame_ids(rows)
             if decode:
                 out = np.empty((2 * len(rows), *self.spec.obs_shape), self.spec.obs_dtype)
@@ -443,7 +528,8 @@ class ShardStore:
             size = self.size()
             if n and size == 0:
                 raise IndexError(f"{self.name}: cannot sample from an empty shard")
-            return self.read(rng.integers(0, size, n) if n else np.zeros(0, np.int64), decode=decode)
+            picked = (self.tail + rng.integers(0, size, n)) % self.ring if n else np.zeros(0, np.int64)
+            return self.read(picked, decode=decode)
 
     # -- checkpoints -------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -466,7 +552,7 @@ class ShardStore:
                 "applied": np.array(sorted(self.applied.items()), np.int64).reshape(-1, 2),
                 "attrs": {"format": SHARD_FORMAT, "format_version": SHARD_FORMAT_VERSION,
                           "name": self.name, "capacity": self.capacity, "pos": self.pos,
-                          "full": self.full, "inserted": self.inserted,
+                          "count": self.count, "horizon": self.horizon, "inserted": self.inserted,
                           "codec_version": self.codec_version, "chunk_len": self.L,
                           "obs_shape": list(self.spec.obs_shape), "obs_dtype": self.spec.obs_dtype.str,
                           "action_shape": list(self.spec.action_shape),
@@ -496,19 +582,28 @@ class ShardStore:
         """Become the checkpoint at ``path`` (FormatError when it is not one of this geometry)."""
         with fmt.load(path, lazy=False) as saved, self.lock:
             a, x = saved.attrs, saved.extras
-            if a.get("format") != SHARD_FORMAT or a.get("format_version") != SHARD_FORMAT_VERSION:
+            if a.get("format") != SHARD_FORMAT:
                 raise FormatError(f"{path} is not a shard checkpoint (format {a.get('format')!r})")
+            if a.get("format_version") != SHARD_FORMAT_VERSION:
+                raise FormatError(f"{path}: a shard checkpoint of format version {a.get('format_version')}, "
+                                  f"this version reads {SHARD_FORMAT_VERSION}")
             want = (self.capacity, self.L, list(self.spec.obs_shape), self.spec.obs_dtype.str,
                     list(self.spec.action_shape), self.spec.action_dtype.str)
             got = (a["capacity"], a["chunk_len"], a["obs_shape"], a["obs_dtype"], a["action_shape"],
                    a["action_dtype"])
             if got != want:
                 raise FormatError(f"{path}: a shard of {got}, this one is {want}")
+            ring = len(x["rows/stream"])
+            like = self._new_rows(ring)
+            if not 1 <= ring <= self.capacity or not 0 <= int(a["count"]) <= ring:
+                raise FormatError(f"{path}: a ring of {ring} rows holding {a['count']} does not fit this shard")
             for k in _ROW_FIELDS:
-                if x[f"rows/{k}"].shape != self.rows[k].shape or x[f"rows/{k}"].dtype != self.rows[k].dtype:
+                if x[f"rows/{k}"].shape != like[k].shape or x[f"rows/{k}"].dtype != like[k].dtype:
                     raise FormatError(f"{path}: rows/{k} does not fit this shard")
-                self.rows[k] = x[f"rows/{k}"]
-            self.pos, self.full, self.inserted = int(a["pos"]), bool(a["full"]), int(a["inserted"])
+                like[k] = x[f"rows/{k}"]
+            self.rows = like
+            self.pos, self.count, self.inserted = int(a["pos"]), int(a["count"]), int(a["inserted"])
+            self.horizon = int(a["horizon"])
             self.codec_version = int(a["codec_version"])
             self.applied = {int(w): int(s) for w, s in x["applied"].tolist()}
             self.slot_stream, self.slot_chunk, self.slot_prev = x["slot_stream"], x["slot_chunk"], x["slot_prev"]

@@ -21,6 +21,10 @@ transitions, 256 by default):
     ``chunk_data[sum(chunk_nbytes[:i]) : ...]``. The bytes are the codec's output, stored
     by the shard verbatim. A chunk a writer sends again (the partial chunk an env was
     writing at the previous flush, now longer) replaces the earlier one.
+``stamp``
+    The number of the message's first transition in the service's global insert order,
+    handed out by the coordinator with the message's rate-limiter permit (rows are
+    ``stamp, stamp + 1, ...``); shards evict by it. ``-1`` when sent without a service.
 ``rows``
     The transitions, one :func:`row_dtype` record each, zstd-compressed (level 1):
     env, the stream frame numbers ``g_obs`` / ``g_next`` of the newest frame of the
@@ -33,7 +37,9 @@ raw (``obs``, ``next_obs``). Otherwise the chunks travel compressed: ``chunk_nby
 ``chunk_data`` hold each distinct chunk the batch needs once, and ``frame_ids``
 (``(2 * n, depth)`` int32: obs rows then next-obs rows) number frames in the
 concatenation of those decoded chunks (-1: a zero frame); the learner decodes them with
-the codec of ``codec_version``. Small arrays (actions, rewards, dones, timeouts) are raw.
+the codec of ``codec_version``. Small arrays (actions, rewards, dones, timeouts) are raw. Every reply carries the shard's
+``size`` and ``weight`` (its sampling mass) at the time of the reply, a reply to a
+request for 0 transitions included: that is how learners keep every shard's weight.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ class InsertMessage:
     chunk_data: bytes
     n_rows: int
     rows: bytes
+    stamp: int = -1  # the global insert number of the first row (set with the permit; -1: none)
 
     @property
     def nbytes(self) -> int:
@@ -99,7 +106,8 @@ class InsertAck:
     """A shard's answer to an insert: what it holds of this writer, and who it is.
 
     ``epoch`` changes whenever the shard's actor is (re)started; ``applied`` is the
-    writer's last applied ``seq``, ``durable`` the last one covered by a checkpoint.
+    writer's last applied ``seq``, ``durable`` the last one covered by a checkpoint;
+    ``held`` the writer's transitions the shard holds.
     """
 
     shard: int
@@ -108,6 +116,7 @@ class InsertAck:
     durable: int
     size: int
     codec_version: int
+    held: int = 0
 
 
 @dataclass
@@ -128,6 +137,7 @@ class SampleReply:
     frame_ids: np.ndarray | None = None
     chunk_nbytes: np.ndarray | None = None
     chunk_data: bytes = b""
+    weight: float = 0.0  # the shard's sampling mass when it replied (ShardStore.weight)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -28,6 +28,7 @@ import numpy as np
 from chunkstore import Codec
 from chunkstore.codecs import TrainableCodec
 from sb3_integration._common import coerce_obs
+from sb3_integration.distributed import options, remote
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, pack_rows, row_dtype
 from sb3_integration.frames import NEXT, OBS, FrameStore
 from sb3_integration.stacking import StackLayout
@@ -39,6 +40,9 @@ __all__ = ["ChunkWriter", "DataLossWarning", "ReplayWriter", "ShardLostError"]
 
 #: raw bytes of frames a first writer collects before training the shared dictionary
 TRAIN_BYTES = 4 << 20
+#: every this many messages, a writer with the shared dictionary checks that it beats plain zstd
+#: on its own frames (a service shared by games keeps the first trainer's dictionary)
+RECHECK_EVERY = 64
 
 
 class ShardLostError(RuntimeError):
@@ -80,8 +84,8 @@ class ChunkWriter:
                  chunk_len: int = 4, codec: Codec, codec_version: int = 0,
                  layout: StackLayout | None = None, axis_order: tuple[int, ...] = (0, -1),
                  flush_every: int = 256) -> None:
-        if int(flush_every) < 1:
-            raise ValueError(f"flush_every must be >= 1, got {flush_every}")
+        flush_every = options.count("flush_every", flush_every)
+        n_envs = options.count("n_envs", n_envs)
         self.writer_id, self.n_envs = int(writer_id), int(n_envs)
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
         self.L, self.flush_every = int(chunk_len), int(flush_every)
@@ -117,6 +121,9 @@ class ChunkWriter:
         self.codec, self.codec_version = codec, int(version)
         trainable = isinstance(codec, TrainableCodec) and codec.wants_training
         self._encoder = codec.untrained_equivalent() if trainable else codec  # type: ignore[attr-defined]
+        # a trained dictionary is checked against plain zstd on this writer's own frames
+        self._plain = codec.untrained_equivalent() if isinstance(codec, TrainableCodec) and not trainable else None
+        self.use_plain, self._drains = False, 0
         if not trainable:
             self.train_samples = None
 
@@ -229,7 +236,23 @@ class ChunkWriter:
         raw = arr.take(items).reshape(len(ring), L, *arr.item_shape)  # open chunks too: nothing sealed twice
         if self.train_samples is not None:
             self.train_samples.extend(raw.copy())
-        return env_of, chunk_no, [bytes(self._encoder.encode(c)) for c in raw]
+        return env_of, chunk_no, self._encode(raw)
+
+    def _encode(self, raw: np.ndarray) -> list[bytes]:
+        """Chunks with the service's codec, or plain zstd where the shared dictionary (trained on
+        another writer's frames, maybe another game's) makes this writer's chunks larger: every
+        :data:`RECHECK_EVERY` messages both are tried and the smaller wins until the next check
+        (chunks without a dictionary decode with it too)."""
+        plain, self._drains = self._plain, self._drains + 1
+        if plain is None:
+            return [bytes(self._encoder.encode(c)) for c in raw]
+        if (self._drains - 1) % RECHECK_EVERY:
+            enc = plain if self.use_plain else self._encoder
+            return [bytes(enc.encode(c)) for c in raw]
+        with_dict = [bytes(self._encoder.encode(c)) for c in raw]
+        without = [bytes(plain.encode(c)) for c in raw]
+        self.use_plain = sum(map(len, without)) < sum(map(len, with_dict))
+        return without if self.use_plain else with_dict
 
     def _records(self, rows: np.ndarray) -> np.ndarray:
         fs, n = self.fs, self.n_envs
@@ -283,9 +306,12 @@ class ReplayWriter:
                  retain_bytes: int = 256 << 20) -> None:
         from sb3_integration.distributed.service import ReplayService
 
+        self.n_envs, self.flush_every = options.count("n_envs", n_envs), options.count("flush_every", flush_every)
+        timeout = options.seconds("timeout", timeout)
+        restart_timeout = options.number("restart_timeout", restart_timeout, minimum=0.0)
+        retain_bytes = options.count("retain_bytes", retain_bytes, minimum=0)
         self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
-        self.n_envs, self.flush_every = int(n_envs), int(flush_every)
-        self.timeout, self.restart_timeout, self._train = timeout, float(restart_timeout), train
+        self.timeout, self.restart_timeout, self._train = timeout, float(restart_timeout), bool(train)
         self._inflight: Any = None
         self._retained: deque[InsertMessage] = deque()
         self._epoch: str | None = None
@@ -294,6 +320,7 @@ class ReplayWriter:
         # nothing to give back to a shard that restarts empty (no checkpoints)
         self.retain_bytes = int(retain_bytes) if self.service.config.checkpoint_dir else 0
         self.resent = 0
+        self.lost = 0  # transitions a restarted shard came back without (DataLossWarning)
         self._register()
 
     def _register(self) -> None:
@@ -301,6 +328,8 @@ class ReplayWriter:
         spec = info["spec"]
         self.writer_id, self.shard_index = info["writer"], info["shard"]
         self._shard = self.service.shard(self.shard_index)
+        self._held, self._held_seq = 0, 0  # what the last acknowledgement said the shard holds of us
+        self._rows: dict[int, int] = {}  # rows of each message sent after that acknowledgement
         self.chunks = ChunkWriter(
             self.writer_id, spec.obs_shape, spec.obs_dtype, spec.action_shape, spec.action_dtype,
             self.n_envs, chunk_len=spec.chunk_len, codec=info["codec"], codec_version=info["codec_version"],
@@ -316,7 +345,8 @@ class ReplayWriter:
             self.flush()
 
     def flush(self, wait: bool = False) -> None:
-        """Send what is staged (one message); ``wait``: until the shard has it.
+        """Send what is staged (one message); ``wait=True``: return only once the shard has
+        applied it (and everything before it), so that a learner can sample it.
 
         Raises :class:`~sb3_integration.distributed.RateLimiterTimeout` when the rate
         limiter holds the message longer than ``timeout``; the message stays staged
@@ -338,10 +368,12 @@ class ReplayWriter:
         """
         self._unsent = msg
         self._wait_inflight()
-        version, codec = self.service.acquire_insert(msg.n_rows, self.timeout, self.chunks.codec_version)
+        version, codec, stamp = self.service.acquire_insert(msg.n_rows, self.timeout, self.chunks.codec_version)
         self._unsent = None
         if codec is not None:
             self.chunks.set_codec(codec, version)
+        msg.stamp = stamp
+        self._rows[msg.seq] = msg.n_rows
         self._retain(msg)
         self._inflight = (self._shard.insert.remote(msg), msg.seq)
         self._offer_dictionary()
@@ -370,7 +402,7 @@ class ReplayWriter:
             return
         ref, seq = inflight
         try:
-            ack = ray.get(ref)
+            ack = remote.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             ack = self._await_restart()
         self._on_ack(ack, seq)
@@ -391,24 +423,29 @@ class ReplayWriter:
 
     def _on_ack(self, ack: InsertAck, seq: int) -> None:
         """The shard holds this writer's messages up to ``ack.applied``; send again what it lacks."""
-        import ray
-
         self._epoch = ack.epoch
         self._trim(ack.durable)
+        # what the shard should hold of this writer: the count its last acknowledgement gave and
+        # every row sent since (rows the service's eviction let go in between, at most about a
+        # message's worth, count as lost too)
+        expected = self._held + sum(n for s, n in self._rows.items() if self._held_seq < s <= seq)
+        if ack.applied < seq:
+            missing = [m for m in self._retained if m.seq > ack.applied]
+            if missing and missing[0].seq == ack.applied + 1:
+                for m in missing:  # what a restarted shard lost, again, in order
+                    ack = remote.get(self._shard.insert.remote(m))
+                self._trim(ack.durable)
+                self.resent += len(missing)
         if ack.applied >= seq:
+            self._held, self._held_seq = ack.held, seq
+            self._rows = {s: n for s, n in self._rows.items() if s > seq}
             return
-        missing = [m for m in self._retained if m.seq > ack.applied]
-        if missing and missing[0].seq == ack.applied + 1:
-            for m in missing:  # what a restarted shard lost, again, in order
-                ack = ray.get(self._shard.insert.remote(m))
-            self._trim(ack.durable)
-            self.resent += len(missing)
-            if ack.applied >= missing[-1].seq:
-                return
-        lost = seq - ack.applied
-        warnings.warn(f"writer {self.writer_id}: shard {self.shard_index} holds this writer's messages only "
-                      f"up to {ack.applied} of {seq}, and the {lost} after it are no longer retained; "
-                      "they are lost, and this writer starts afresh", DataLossWarning, stacklevel=4)
+        lost = max(0, expected - ack.held)
+        self.lost += lost
+        warnings.warn(f"writer {self.writer_id}: shard {self.shard_index} came back holding {ack.held} of this "
+                      f"writer's transitions where it held {expected}: {lost} transitions (of messages "
+                      f"{ack.applied + 1}..{seq}, no longer retained here) are lost; this writer starts afresh",
+                      DataLossWarning, stacklevel=4)
         self._retained.clear()
         self._retained_bytes = 0
         self._register()
@@ -439,9 +476,7 @@ class ReplayWriter:
         if self._shard is None:
             return
         self.flush(wait=True)
-        import ray
-
-        ray.get(self._shard.end_writer.remote(self.writer_id))
+        remote.get(self._shard.end_writer.remote(self.writer_id))
         self._shard = None
 
     def __enter__(self) -> ReplayWriter:

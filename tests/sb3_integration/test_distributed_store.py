@@ -64,9 +64,9 @@ def check_store(store, model):
     assert store.size() == min(cap, len(model))
     if not model:
         return
-    rows = np.arange(store.size())
+    rows = store.live_rows()  # ring positions, oldest first
     first = len(model) - store.size()
-    index = [first + ((r - store.pos) % cap if store.full else r) for r in rows.tolist()]
+    index = list(range(first, len(model)))
     for decode in (True, False):
         reply = store.read(rows, decode=decode)
         if decode:
