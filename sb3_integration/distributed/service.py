@@ -269,11 +269,17 @@ class Shard:
 
     def info(self) -> dict[str, Any]:
         st = self.store
+        with st.lock:
+            return self._info()
+
+    def _info(self) -> dict[str, Any]:
+        st = self.store
         return {"shard": self.index, "epoch": self.epoch, "size": st.size(), "weight": st.weight(),
                 "inserted": st.inserted, "horizon": st.horizon,
                 "nbytes_stored": st.nbytes_stored, "codec_version": st.codec_version,
                 "chunk_bytes": st.frames.cbytes if st.frames is not None else 0,
                 "restored": self.restored, "applied": dict(st.applied), "durable": dict(self.durable),
+                "held": {w: st.writer_rows(w) for w in st.applied},
                 "streams": len(st.streams), "pid": os.getpid(), "last_checkpoint": dict(self.last_checkpoint),
                 "node": _node_id()}
 
@@ -521,8 +527,9 @@ class ReplayService:
         return self._each_shard("size")
 
     def info(self) -> list[dict[str, Any]]:
-        """Each shard's state: size, weight, inserted, epoch, restored, bytes stored, codec
-        version, per-writer applied / durable message numbers, last checkpoint, pid, node."""
+        """Each shard's state: size, weight, inserted, horizon, epoch, restored, bytes stored,
+        codec version, per-writer applied / durable message numbers and transitions held,
+        last checkpoint, pid, node."""
         return self._each_shard("info")
 
     def checkpoint(self) -> list[dict[str, float]]:
