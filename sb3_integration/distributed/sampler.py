@@ -261,6 +261,8 @@ class GlobalSampler:
             try:
                 reply = remote.get(ref)
             except ray.exceptions.RayActorError:
+                if self.service.is_closed():  # not an outage: the service was closed (maybe elsewhere)
+                    raise LimiterClosed(f"replay service {self.service.name!r} is closed") from None
                 self._mark_down(i)
                 left += c
                 continue
