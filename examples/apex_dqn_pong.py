@@ -118,13 +118,15 @@ def train(model: Any, runs: list[Any], weights: Any, args: argparse.Namespace) -
     import ray
     from stable_baselines3.common.utils import polyak_update
 
+    from sb3_integration.distributed import RateLimiterTimeout
+
     updates, t0, pending = 0, time.perf_counter(), list(runs)
     while pending:
         _, pending = ray.wait(pending, timeout=0)
-        if model.replay_buffer.size() < args.learning_starts:  # nothing to learn from yet
-            time.sleep(0.2)
+        try:  # samples through the service: the rate limiter holds it until min_size, then paces it
+            model.train(gradient_steps=1, batch_size=args.batch_size)
+        except RateLimiterTimeout:  # no permit within the buffer's timeout: are the runners done?
             continue
-        model.train(gradient_steps=1, batch_size=args.batch_size)  # samples through the service
         updates += 1
         if updates % args.target_every == 0:
             polyak_update(model.q_net.parameters(), model.q_net_target.parameters(), 1.0)
@@ -169,7 +171,7 @@ def main() -> None:
         max_insert_batch=args.flush_every, max_sample_batch=args.batch_size)
     try:
         model = make_model(env, args, buffer_size=args.capacity, replay_buffer_class=DistributedReplayBuffer,
-                           replay_buffer_kwargs={"service": "apex", "prefetch": True, "timeout": 120})
+                           replay_buffer_kwargs={"service": "apex", "prefetch": True, "timeout": 5})
         model.set_logger(configure(None, [""]))
         weights = ray.remote(num_cpus=0)(Weights).remote()
         weights.set.remote(0, model.policy.state_dict())
@@ -199,7 +201,7 @@ def report(service: Any, model: Any, learned: dict[str, Any], stats: list[dict[s
     chunks = sum(i["chunk_bytes"] for i in info)
     print(f"bytes per transition: raw (SB3 obs + next_obs) {raw:,}, on the wire {wire / max(inserted, 1):,.0f}, "
           f"compressed frames stored {chunks / max(inserted, 1):,.0f} (the shards allocate "
-          f"{stored / 1e6:,.1f} MB in all for a capacity of {service.config.spec.capacity * len(info):,})")
+          f"{stored / 1e6:,.1f} MB in all for a capacity of {service.config.spec.capacity:,})")
     print(f"learner: {learned['updates']:,} updates in {learned['seconds']:.0f} s; samples drawn "
           f"{int(lim['samples']):,} (samples per insert {lim['samples'] / max(lim['inserts'], 1):.2f}, "
           f"target {lim['samples_per_insert']})")

@@ -27,6 +27,16 @@ so that every arm runs in the steady state):
   actor, uncompressed ``LazyTensorStorage``): extend in batches of 256 (bytes of each
   pickled TensorDict), sample(256).
 * **checkpoint**: the filled shard's checkpoint, the pause writers see and the total.
+* **outside client**: ``sample(256)`` as SB3's ``DQN.train`` calls it, each arm in a
+  process of its own (``tools/_service_client.py``: a local ``CompressedReplayBuffer``,
+  or a ``DistributedReplayBuffer`` connected to the filled service from another Ray
+  driver), the arms run one after the other, alternating, ``--client-rounds`` times;
+  the ratio is service / local of the per-process medians.
+* **wire by envs**: one writer with 1, 2 and 8 envs (MsPacman collected with that many
+  envs; ChunkWriter and ShardStore without Ray): pickled message bytes and stored bytes
+  per transition, with the MsPacman dictionary; and one MsPacman writer under a
+  dictionary trained on Pong (a service shared by games), with and without the writer's
+  plain-zstd fallback.
 
 Timings on this shared 2-core machine vary between runs; compare ratios within a run.
 """
@@ -53,10 +63,10 @@ ensure_importable()
 SERVICE = "bench"
 
 
-def transitions(steps: int) -> dict[str, np.ndarray]:
+def transitions(steps: int, game: str = "MsPacman") -> dict[str, np.ndarray]:
     from atari_data import collect_stacked
 
-    tr = collect_stacked("MsPacman", steps)
+    tr = collect_stacked(game, steps)
     timeouts = np.array([[info.get("TimeLimit.truncated", False) for info in row] for row in tr.infos], np.float32)
     return {"obs": tr.obs, "next_obs": tr.next_obs, "actions": tr.actions, "rewards": tr.rewards,
             "dones": tr.dones, "timeouts": timeouts}
@@ -254,6 +264,61 @@ def checkpoint_arm(data: dict[str, np.ndarray], space: tuple[Any, Any], codec: A
             svc.close()
 
 
+def wire_by_envs(codec: Any, steps: int) -> list[dict[str, Any]]:
+    """Wire and stored bytes per transition of one writer with 1, 2, 8 envs (no Ray)."""
+    from atari_data import collect_stacked
+
+    from chunkstore import get_codec
+    from sb3_integration.distributed import ChunkWriter, ShardStore, StoreSpec
+    from sb3_integration.distributed import writer as writer_mod
+
+    def one(n_envs: int, dictionary: Any, label: str, recheck: int = writer_mod.RECHECK_EVERY) -> dict[str, Any]:
+        tr = collect_stacked("MsPacman", steps // n_envs, n_envs=n_envs)
+        n = tr.obs.shape[0] * n_envs
+        w = ChunkWriter(1, tr.obs.shape[2:], np.uint8, (1,), np.int64, n_envs, codec=dictionary, codec_version=1)
+        store = ShardStore(StoreSpec(n, tr.obs.shape[2:], np.uint8, (1,), np.int64), dictionary, 1)
+        wire, old = 0, writer_mod.RECHECK_EVERY
+        writer_mod.RECHECK_EVERY = recheck
+        try:
+            for t in range(tr.obs.shape[0]):
+                w.add(tr.obs[t], tr.next_obs[t], tr.actions[t], tr.rewards[t], tr.dones[t],
+                      [{"TimeLimit.truncated": False}] * n_envs)
+                if w.ready or t == tr.obs.shape[0] - 1:
+                    msg = w.drain()
+                    wire += len(pickle.dumps(msg, protocol=5))
+                    store.insert(msg)
+        finally:
+            writer_mod.RECHECK_EVERY = old
+        return {"envs": n_envs, "dictionary": label, "transitions": n, "wire_bytes_per_transition": wire / n,
+                "stored_bytes_per_transition": store.nbytes_stored / n,
+                "wire_vs_stored": wire / store.nbytes_stored, "plain_fallback": w.use_plain}
+
+    rows = [one(e, codec, "MsPacman's") for e in (1, 2, 8)]
+    pong = trained_codec(transitions(4000, "Pong"))
+    rows.append(one(1, pong, "Pong's, fallback off", recheck=10**9))
+    rows.append(one(1, pong, "Pong's, fallback on"))
+    rows.append(one(1, get_codec("zstd3"), "none (plain zstd3)"))
+    return rows
+
+
+def client_arms(address: str, args: argparse.Namespace) -> dict[str, Any]:
+    """sample(256) as DQN calls it, local and service, each in its own process, alternating."""
+    from _bench_common import run_fresh
+
+    script = Path(__file__).resolve().parent / "_service_client.py"
+    got: dict[str, list[float]] = {"local": [], "service": []}
+    for _ in range(args.client_rounds):
+        for arm in ("local", "service"):
+            res = run_fresh(script, {"arm": arm, "steps": args.steps, "batch": 256, "address": address},
+                            timeout=900)
+            if "error" in res:
+                raise RuntimeError(f"client arm {arm}: {res['error']}")
+            got[arm].append(res["ms"])
+            print(f"outside client, {arm}: {res['ms']:.2f} ms per sample(256)", file=sys.stderr)
+    local, service = float(np.median(got["local"])), float(np.median(got["service"]))
+    return {"local_ms": local, "service_ms": service, "ratio": service / local, "runs": got}
+
+
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     import ray
     from gymnasium import spaces
@@ -278,6 +343,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             for i in range(n):
                 w.add(data["obs"][i], data["next_obs"][i], data["actions"][i], data["rewards"][i],
                       data["dones"][i], infos(data["timeouts"][i]))
+        client = None if args.skip_client else client_arms(ray.get_runtime_context().gcs_address, args)
         local = fill_local(data, space, n)
         learner = DistributedReplayBuffer(n, *space, device="cpu", service=svc, decode="learner")
         shard = DistributedReplayBuffer(n, *space, device="cpu", service=svc, decode="shard")
@@ -305,12 +371,14 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         ckpt = checkpoint_arm(data, space, codec, n)
     finally:
         ray.shutdown()
-    return summarize(rows, sampling, received, stored, tl, ckpt, data, n, args)
+    by_envs = wire_by_envs(codec, args.steps)
+    return summarize(rows, sampling, received, stored, tl, ckpt, data, n, args, client, by_envs)
 
 
 def summarize(rows: list[dict[str, Any]], sampling: dict[int, Any], received: dict[str, float], stored: float,
               tl: dict[str, Any] | None, ckpt: dict[str, Any], data: dict[str, np.ndarray], n: int,
-              args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+              args: argparse.Namespace, client: dict[str, Any] | None = None,
+              by_envs: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], str]:
     raw = 2 * int(np.prod(data["obs"].shape[2:]))
     pre = [r for r in rows if r["mode"] == "pre-compressed"]
     wire = float(np.median([r["wire_bytes_per_transition"] for r in pre]))
@@ -329,6 +397,8 @@ def summarize(rows: list[dict[str, Any]], sampling: dict[int, Any], received: di
         "sample256_prefetch_with_compute_vs_local":
             sampling[256]["service, prefetch, 10 ms of compute between samples"]["ratio"],
         "bytes_received_per_sample256": received, "ingest": rows, "sampling": samp, "checkpoint": ckpt,
+        "outside_client": client, "sample256_outside_client_vs_local": None if client is None else client["ratio"],
+        "wire_by_envs": by_envs,
         "torchrl": tl, "args": vars(args),
     }
     if tl is not None:
@@ -359,6 +429,16 @@ def render(p: dict[str, Any]) -> str:
              f"Checkpoint of the filled shard: writers paused {p['checkpoint']['pause_ms']:.1f} ms, "
              f"file written in {p['checkpoint']['total_s']:.2f} s, "
              f"{p['checkpoint']['file_bytes_per_transition']:.0f} B/transition.\n"]
+    if p.get("outside_client") is not None:
+        c = p["outside_client"]
+        lines.append(f"Outside client (SB3's DQN calling sample(256), each arm in its own process, "
+                     f"{len(c['runs']['local'])} alternating runs each): service {c['service_ms']:.2f} ms, "
+                     f"local {c['local_ms']:.2f} ms, ratio {c['ratio']:.2f}.\n")
+    if p.get("wire_by_envs"):
+        lines += ["Wire and stored bytes per transition by envs per writer (no Ray):\n",
+                  md_table(p["wire_by_envs"], ["envs", "dictionary", ("wire_bytes_per_transition", "wire B"),
+                                               ("stored_bytes_per_transition", "stored B"),
+                                               ("wire_vs_stored", "wire / stored"), "plain_fallback"]), ""]
     if p.get("torchrl") is not None:
         lines.append(f"TorchRL RayReplayBuffer: {p['torchrl']['inserts_per_s']:,.0f} inserts/s (extend of 256); "
                      f"{p['traffic_vs_torchrl']:.0f}x the traffic of the service.\n")
@@ -373,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, default=10)
     p.add_argument("--per-block", type=int, default=10)
     p.add_argument("--skip-torchrl", action="store_true")
+    p.add_argument("--skip-client", action="store_true", help="skip the outside-client processes")
+    p.add_argument("--client-rounds", type=int, default=2)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     payload, md = run(args)
