@@ -11,6 +11,8 @@ as they are; learners sample uniformly over all shards through an SB3 buffer cla
 * :mod:`~sb3_integration.distributed.service` -- the actors and :class:`ReplayService`
 * :mod:`~sb3_integration.distributed.sampler` -- :class:`GlobalSampler`, :class:`DistributedReplayBuffer`
 * :mod:`~sb3_integration.distributed.local` -- Ray on the loopback interface
+* :mod:`~sb3_integration.distributed.remote` -- calls to the actors: our errors as themselves, restarts retried
+* :mod:`~sb3_integration.distributed.options` -- options checked at the call
 
 Ray is imported only by the modules that need it (``pip install chunkstore[distributed]``).
 """
@@ -18,6 +20,7 @@ Ray is imported only by the modules that need it (``pip install chunkstore[distr
 from __future__ import annotations
 
 from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter, RateLimiterTimeout
+from sb3_integration.distributed.remote import ServiceUnavailableError
 from sb3_integration.distributed.shard_store import ShardStore, StoreSpec
 from sb3_integration.distributed.writer import (
     ChunkWriter,
@@ -36,6 +39,7 @@ __all__ = [
     "RateLimiterTimeout",
     "ReplayService",
     "ReplayWriter",
+    "ServiceUnavailableError",
     "ShardLostError",
     "ShardStore",
     "ShardUnavailableWarning",

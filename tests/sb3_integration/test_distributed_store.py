@@ -400,3 +400,45 @@ def test_wire_bytes_per_transition_stay_within_1_5x_stored(n_envs):
     n = steps * n_envs
     assert store.size() == n
     assert wire / n <= 1.5 * store.nbytes_stored / n, (wire / n, store.nbytes_stored / n)
+
+
+def w_plain_is_set(codec):
+    from chunkstore.codecs import TrainableCodec
+
+    return isinstance(codec, TrainableCodec) and not codec.wants_training
+
+
+def test_a_writer_sends_the_smaller_of_dictionary_and_plain_zstd_and_both_read_back(monkeypatch):
+    """The shared dictionary was trained on another writer's frames (another game): every
+    RECHECK_EVERY messages a writer tries both and keeps the smaller; the shard decodes both."""
+    monkeypatch.setattr(writer_mod, "RECHECK_EVERY", 3)
+    rng = np.random.default_rng(6)
+    obs_shape = (4, 32, 32)
+    base = np.add.outer(np.arange(32), np.arange(32)).astype(np.uint8)
+    # a dictionary trained on frames of one "game" (a gradient, a few changed pixels), as
+    # ChunkWriter.train trains it, given to a writer of other frames
+    samples = [(base + (rng.random((32, 32)) < 0.02)).astype(np.uint8) for _ in range(2000)]
+    dictionary = get_codec("zstd3+dict").trained(samples)
+    assert w_plain_is_set(dictionary)
+    _spec, store = make(400, obs_shape, "uint8", 4, "zstd3+dict")
+    store.set_codec(dictionary, 1)
+    w = ChunkWriter(2, obs_shape, "uint8", (1,), np.int64, 1, codec=dictionary, codec_version=1, flush_every=16)
+    seen = []
+    encode = w._encode
+
+    def spy(raw):
+        out = encode(raw)
+        seen.append((raw.copy(), sum(map(len, out)), w.use_plain))
+        return out
+
+    w._encode = spy
+    model: list = []
+    feed(store, [w], [stacked_steps(rng, 200, 1, 4, (1, 32, 32), "uint8", False, p_done=0.02)], model, rng)
+    check_store(store, model)  # chunks with and without the dictionary, read back bit for bit
+    plain = dictionary.untrained_equivalent()
+    for k, (raw, sent, _use_plain) in enumerate(seen):
+        if k % 3 == 0:  # a check: the smaller of the two went
+            both = (sum(len(dictionary.encode(c)) for c in raw), sum(len(plain.encode(c)) for c in raw))
+            assert sent == min(both)
+        else:  # in between: the codec the last check chose
+            assert seen[k][2] == seen[k - k % 3][2]
