@@ -1,11 +1,16 @@
 """Learners: batches drawn uniformly over every shard, as SB3 replay samples.
 
 :class:`GlobalSampler` asks the service's rate limiter for ``n`` samples, splits them
-over the shards with a multinomial draw in proportion to the shards' sizes (so each
+over the shards with a multinomial draw in proportion to the shards' weights (so each
 transition of the service is equally likely, whichever shard holds it), asks every
-shard for its share at once (one remote call per shard, in parallel), and joins the
-replies. A shard that fails is left out of that batch (its share is drawn again from
-the others) with one warning per outage.
+shard for its share at once (one remote call per shard, in parallel; a shard whose
+share is 0 is asked for its weight alone), and joins the replies. Every reply carries
+its shard's size and weight (:meth:`ShardStore.weight
+<sb3_integration.distributed.shard_store.ShardStore.weight>`, the one seam a prioritized
+store changes), so the learner's weights are never older than its last call, whether
+or not anyone calls ``size()``. A shard that fails is left out of that batch (its share
+is drawn again from the others) with one warning per outage, and probed again on a
+schedule (:data:`PROBE_FIRST_S`, doubling up to :data:`PROBE_MAX_S`) until it answers.
 
 Where observations are decoded: ``decode="learner"`` (the default, chosen by
 ``tools/bench_distributed.py``) has shards send the distinct compressed chunks a batch
