@@ -534,9 +534,20 @@ class ReplayService:
 
     def checkpoint(self) -> list[dict[str, float]]:
         """Checkpoint every shard now (in parallel); each returns its pause and total seconds."""
+        import ray
+
         if self.closed:
             raise LimiterClosed(f"replay service {self.name!r} is closed")
-        return get([self.shard(i).checkpoint.remote() for i in range(self.n_shards)])
+        refs = [self.shard(i).checkpoint.remote() for i in range(self.n_shards)]  # in parallel
+        out = []
+        for i, ref in enumerate(refs):
+            try:
+                out.append(get(ref))
+            except ray.exceptions.RayActorError:  # restarting: once it is back, checkpoint it again
+                out.append(call(functools.partial(self._submit_shard, i, "checkpoint"),
+                                f"replay service {self.name!r}: shard {i}.checkpoint()",
+                                restarts=self.config.max_restarts != 0))
+        return out
 
     def close(self) -> None:
         """Cancel every blocked call (they raise LimiterClosed) and end the service's actors.
