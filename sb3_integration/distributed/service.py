@@ -116,6 +116,8 @@ class Coordinator:
         self.stamped = 0  # global insert stamps handed out
         self._told = 0  # the stamp count last told to every shard
         self._shards: list[Any] = []
+        self._tellings: list[Any] = []  # advance() calls not read yet
+        self._tell_lock = threading.Lock()
 
     def get_config(self) -> ServiceConfig:
         return self.config
@@ -148,7 +150,8 @@ class Coordinator:
             if tell:
                 self._told = self.stamped
         if tell:
-            self._tell_shards(stamp + n)
+            with self._tell_lock:
+                self._tell_shards(stamp + n)
         version = max(self.codecs)
         return version, (self.codecs[version] if version > have else None), stamp
 
@@ -163,9 +166,16 @@ class Coordinator:
                                 for i in range(self.config.n_shards)]
             except ValueError:  # not all started yet
                 return
+        # the previous tellings' answers: read those that came (a shard that was down answers
+        # with an error; read, it is not logged as an unhandled error), keep the rest
+        done, self._tellings = ray.wait(self._tellings, num_returns=len(self._tellings), timeout=0) \
+            if self._tellings else ([], [])
+        for ref in done:
+            with contextlib.suppress(Exception):
+                ray.get(ref)
         for shard in self._shards:
             with contextlib.suppress(Exception):
-                shard.advance.remote(horizon)
+                self._tellings.append(shard.advance.remote(horizon))
 
     def is_closed(self) -> bool:
         return self.limiter.closed
