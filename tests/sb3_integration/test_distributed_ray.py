@@ -70,8 +70,9 @@ def everything(svc, decode):
     out = []
     for i in range(svc.n_shards):
         shard = svc.shard(i)
-        n = ray.get(shard.size.remote())
-        reply = ray.get(shard.read.remote(np.arange(n), decode))
+        rows = ray.get(shard.live_rows.remote())  # ring positions of the rows held
+        n = len(rows)
+        reply = ray.get(shard.read.remote(rows, decode))
         obs, nxt = _obs(svc, reply, decode)
         out += [helpers.key(obs[j], nxt[j], reply.actions[j], reply.rewards[j], reply.dones[j], reply.timeouts[j])
                 for j in range(n)]
