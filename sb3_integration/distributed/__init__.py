@@ -6,9 +6,11 @@ as they are; learners sample uniformly over all shards through an SB3 buffer cla
 
 * :mod:`~sb3_integration.distributed.rate_limiter` -- Reverb's MinSize / SampleToInsertRatio (no Ray)
 * :mod:`~sb3_integration.distributed.wire` -- what travels between processes
-* :mod:`~sb3_integration.distributed.shard_store` -- one shard's store (no Ray)
+* :mod:`~sb3_integration.distributed.shard_store` -- one shard's store (no Ray); its checkpoints in
+  :mod:`~sb3_integration.distributed.shard_checkpoint`
 * :mod:`~sb3_integration.distributed.writer` -- :class:`ChunkWriter` (no Ray), :class:`ReplayWriter`
-* :mod:`~sb3_integration.distributed.service` -- the actors and :class:`ReplayService`
+* :mod:`~sb3_integration.distributed.actors` -- the coordinator's and the shards' actor bodies
+* :mod:`~sb3_integration.distributed.service` -- :class:`ReplayService`: create, connect, close
 * :mod:`~sb3_integration.distributed.sampler` -- :class:`GlobalSampler`, :class:`DistributedReplayBuffer`
 * :mod:`~sb3_integration.distributed.local` -- Ray on the loopback interface
 * :mod:`~sb3_integration.distributed.remote` -- calls to the actors: our errors as themselves, restarts retried

@@ -442,3 +442,19 @@ def test_a_writer_sends_the_smaller_of_dictionary_and_plain_zstd_and_both_read_b
             assert sent == min(both)
         else:  # in between: the codec the last check chose
             assert seen[k][2] == seen[k - k % 3][2]
+
+
+def test_a_checkpoint_of_another_format_version_is_refused(tmp_path, monkeypatch):
+    from chunkstore.errors import FormatError
+    from sb3_integration.distributed import shard_checkpoint
+
+    rng = np.random.default_rng(8)
+    _spec, store = make(30, (4, 6, 6), "uint8", 4)
+    feed(store, [ChunkWriter(1, (4, 6, 6), "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)],
+         [stacked_steps(rng, 20, 1, 4, (1, 6, 6), "uint8", False)], [], rng)
+    path = str(tmp_path / "old.h5")
+    monkeypatch.setattr(shard_checkpoint, "SHARD_FORMAT_VERSION", 1)  # as the version before stamps wrote it
+    store.write_snapshot(path, store.snapshot())
+    monkeypatch.undo()
+    with pytest.raises(FormatError, match="format version 1, this version reads 2"):
+        make(30, (4, 6, 6), "uint8", 4)[1].restore(path)
