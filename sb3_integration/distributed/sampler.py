@@ -126,7 +126,11 @@ class GlobalSampler:
         now = time.monotonic()
         for i, state in self._down.items():
             if state[1] is None and now >= state[0]:
-                state[1] = self.service.shard(i).weight.remote()
+                try:
+                    state[1] = self.service.shard(i).weight.remote()
+                except ValueError:  # no actor of that name (yet): the next probe tries again
+                    state[2] = min(PROBE_MAX_S, 2 * state[2])
+                    state[0] = now + state[2]
         refs = [s[1] for s in self._down.values() if s[1] is not None]
         if not refs:
             return
