@@ -39,7 +39,7 @@ dictionary, lz4, rle, blosc2) make plain h5py raise an error, never return garba
 Saving flushes the open chunks (the partial chunk each env is writing is
 sealed; the next ``add()`` reopens it, reads are unchanged). Loading with
 ``lazy=True`` maps the file and decodes chunks from it on demand, checking
-each chunk's CRC32 on its first read; chunks written afterwards go to RAM (or
+each chunk's CRC32 every time it is read; chunks written afterwards go to RAM (or
 ``tier``). ``lazy=False`` copies every chunk into RAM, checking it. Saving to
 the file a buffer was lazily loaded from is safe (temporary file + rename).
 
@@ -508,8 +508,9 @@ class ReplayFiles:
         tier
             Where chunks written after the load (lazy) or all chunks (eager) live.
         verify
-            None: check each chunk's CRC32 when loaded (eager) or first read (lazy);
-            True: also check all of them up front when lazy; False: no checks.
+            None: check each chunk's CRC32 when loaded (eager) or every time it is read
+            from the file (lazy); True: also check all of them up front when lazy;
+            False: no checks.
         buffer_device, heap_bytes
             Put the observation frames on a torch device (``"cuda"``), as the constructor's
             options of these names do: every frame chunk is decoded once and stored there,

@@ -11,16 +11,24 @@ Refs: segment 0 is the file (offset = byte offset in the file); segment ``s`` of
 the writable tier is segment ``s + 1`` here. ChunkedArray treats negative
 segments as "not stored", so the file cannot use a negative id.
 
-Each file chunk's CRC32 is checked on its first read (``verify=True``), so a
-damaged chunk raises :class:`~chunkstore.errors.CorruptChunkError` naming the
-array and chunk instead of decoding into wrong data.
+Each file chunk's CRC32 is checked on every read from the file (``verify=True``):
+by :meth:`FileTier.get` and :meth:`FileTier.peek`, and by
+:meth:`FileTier.check_reads` (once per distinct chunk of a batch) before the native
+path reads the batch with ``pread``. A damaged chunk raises
+:class:`~chunkstore.errors.CorruptChunkError` naming the array, the chunk and the
+file instead of decoding into wrong data, also when bytes already read once were
+rewritten in place with the file's size and mtime restored (``cp -p``,
+``rsync --inplace``), which the size + mtime check below cannot see. The cost,
+one ``zlib.crc32`` of each chunk a read touches, is measured by
+``tools/bench_lazy_verify.py``.
 
 Files must be replaced by rename (``save`` does): the mapping keeps reading the
 file it opened. A file written into in place (``cp new.h5 buf.h5``, truncation)
 would change or, past its new end, crash the process with SIGBUS; every read
 first compares the file's size and modification time with those at load time
-and raises :class:`~chunkstore.errors.FileChangedError` when they differ. (A
-change between that check and the read itself cannot be caught.)
+and raises :class:`~chunkstore.errors.FileChangedError` when they differ, then
+checks the CRC32s. (A change between those checks and the native ``pread`` itself
+cannot be caught.)
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import contextlib
 import mmap
 import os
 import weakref
+import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -141,7 +150,7 @@ class FileTier(Tier):
         The mapped file.
     chunk_ids, offsets, nbytes, crc32
         One entry per chunk of this array in the file: its chunk index (for
-        messages), byte offset, length, and the CRC32 to check on first read.
+        messages), byte offset, length, and the CRC32 to check on every read.
     writable
         Where new chunks go (default: a new :class:`MemoryTier`, closed with this tier).
     own_writable
@@ -149,7 +158,7 @@ class FileTier(Tier):
     name
         The array's name, for error messages.
     verify
-        Check each file chunk's CRC32 on its first read.
+        Check a file chunk's CRC32 every time it is read from the file.
 
     Examples
     --------
@@ -248,10 +257,10 @@ class FileTier(Tier):
         seg, off, n = ref
         if seg != FILE_SEGMENT:
             return self.writable.get(ChunkRef(seg - 1, off, n))
-        self._file_chunk(ref)
+        k = self._file_chunk(ref)
         view = self.file.view(off, n)
         if self.verify:
-            self._check(off, view)
+            self._check_at(k, view)
         return view
 
     def release(self, ref: ChunkRef) -> None:
@@ -332,8 +341,11 @@ class FileTier(Tier):
         seg, off, n = ref
         if seg != FILE_SEGMENT:
             return self.writable.peek(ChunkRef(seg - 1, off, n))
-        self._file_chunk(ref, live=False)  # the file is never rewritten: released chunks read too
-        return self.file.view(off, n)
+        k = self._file_chunk(ref, live=False)  # the file is never rewritten: released chunks read too
+        view = self.file.view(off, n)
+        if self.verify:  # a save copies these bytes under a new CRC: never launder a rewritten chunk
+            self._check_at(k, view)
+        return view
 
     def live_refs(self) -> np.ndarray | None:
         new = self.writable.live_refs()
@@ -346,12 +358,13 @@ class FileTier(Tier):
         file = np.stack([np.full(len(k), FILE_SEGMENT, np.int64), self._offsets[k], self._nbytes[k]])
         return np.concatenate([file, new], axis=1)
 
-    #: a native read must first see that the file was not changed in place (and check CRCs)
+    #: a native read must first see that the file was not changed in place, and the CRCs
     checks_reads = True
 
     def check_reads(self, segments: np.ndarray, offsets: np.ndarray) -> None:
-        """The file unchanged since it was mapped, and the CRC32 of every file chunk in the
-        batch not checked before (with ``verify``; repeated chunks are checked once)."""
+        """The file unchanged since it was mapped and, with ``verify``, the CRC32 of every
+        file chunk in the batch (each distinct chunk once): the native path then ``pread``s
+        the bytes these checks saw."""
         self.file.check_unchanged()
         if not self.verify:
             return
@@ -359,20 +372,34 @@ class FileTier(Tier):
         if not offs.size or not self._offsets.size:
             return
         k = np.searchsorted(self._offsets, offs).clip(max=len(self._offsets) - 1)
-        k = k[(self._offsets[k] == offs) & ~self._checked[k]]
-        for i in np.unique(k).tolist():
-            self._check_at(i, self.file.view(int(self._offsets[i]), int(self._nbytes[i])))
+        k = np.unique(k[self._offsets[k] == offs])
+        self._check_many(k)
 
     # -- checksums ---------------------------------------------------------------------
     def verify_all(self) -> None:
         """Check every file chunk's CRC32 now (raises on the first bad one)."""
-        for k in np.flatnonzero(~self._checked).tolist():
-            self._check_at(k, self.file.view(int(self._offsets[k]), int(self._nbytes[k])))
+        self.file.check_unchanged()
+        self._check_many(np.arange(len(self._offsets)))
 
-    def _check(self, offset: int, view: np.ndarray) -> None:
-        k = int(np.searchsorted(self._offsets, offset))
-        if k < len(self._offsets) and self._offsets[k] == offset and not self._checked[k]:
-            self._check_at(k, view)
+    def _check_many(self, k: np.ndarray) -> None:
+        """CRC32 of the file chunks at table indices ``k`` (the file was just seen unchanged).
+
+        The hot loop of a lazily loaded buffer's every sample: one ``zlib.crc32`` per
+        chunk on a slice of the mapping, no stat per chunk.
+        """
+        buf = self.file.buf
+        if buf is None:
+            raise ValueError(f"{self.file.path} was closed; its chunks can no longer be read")
+        offs, ends = self._offsets[k], self._offsets[k] + self._nbytes[k]
+        if ends.size and int(ends.max()) > buf.size:
+            i = int(np.flatnonzero(ends > buf.size)[0])
+            self._check_at(int(k[i]), buf[int(offs[i]):int(ends[i])])  # raises: names the chunk
+        crc: Callable[[Any], int] = zlib.crc32
+        for i, (o, e, want) in enumerate(zip(offs.tolist(), ends.tolist(), self._crc[k].tolist(),
+                                             strict=True)):
+            if crc(buf[o:e]) != want:
+                self._check_at(int(k[i]), buf[o:e])  # raises: names the array, chunk and file
+        self._checked[k] = True
 
     def _check_at(self, k: int, view: np.ndarray) -> None:
         """CRC32 of file chunk ``k`` (in offset order), read as ``view``."""
@@ -382,4 +409,4 @@ class FileTier(Tier):
             raise CorruptChunkError(f"{what} lies beyond the end of the file", array=self.name,
                                     chunk=chunk)
         check_crc(view, self._crc[k], what, array=self.name, chunk=chunk)
-        self._checked[k] = True  # a benign race between readers: at worst checked twice
+        self._checked[k] = True  # for info(): chunks verified at least once

@@ -85,8 +85,9 @@ def load(
     cache
         The arrays' decoded-chunk cache, as for :class:`ChunkedArray`.
     verify
-        None (default): check each chunk's CRC32 as it is loaded (eager) or on
-        its first read (lazy). True: also check every chunk up front when lazy.
+        None (default): check each chunk's CRC32 as it is loaded (eager) or every
+        time it is read from the file (lazy: a chunk rewritten in place after its
+        first read is caught too). True: also check every chunk up front when lazy.
         False: no chunk checks. The metadata checksums (header, codec config and
         dictionary, chunk tables, extras) are always checked: they cost nothing.
     progress
