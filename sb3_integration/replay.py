@@ -451,6 +451,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, default in _LEGACY_DEFAULTS.items():  # pickles of 0.1.0's internal classes lack them
             state.setdefault(name, default)
+        _check_position(state)
         stores = state["_stores"]
         for key, fs in list(stores.items()):
             if isinstance(fs, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
@@ -476,6 +477,17 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.store_options = dataclasses.replace(self.store_options, buffer_device=self.buffer_device)
         self._plan, self._memo, self._owned = None, {}, {}
         self._make_views()
+
+
+def _check_position(state: dict[str, Any]) -> None:
+    """A pickled buffer's ``pos`` and ``full`` in range (ValueError), before anything is rebuilt."""
+    size, pos, full = state.get("buffer_size"), state.get("pos"), state.get("full")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"this pickled buffer is damaged: buffer_size is {size!r}")
+    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos < size:
+        raise ValueError(f"this pickled buffer is damaged: pos is {pos!r}, outside 0..{size - 1}")
+    if not isinstance(full, (bool, np.bool_)):
+        raise ValueError(f"this pickled buffer is damaged: full is {full!r}, not True or False")
 
 
 # -- SB3's constructor checks, written once -------------------------------------------------

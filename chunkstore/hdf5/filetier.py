@@ -11,16 +11,20 @@ Refs: segment 0 is the file (offset = byte offset in the file); segment ``s`` of
 the writable tier is segment ``s + 1`` here. ChunkedArray treats negative
 segments as "not stored", so the file cannot use a negative id.
 
-Each file chunk's CRC32 is checked on every read from the file (``verify=True``):
-by :meth:`FileTier.get` and :meth:`FileTier.peek`, and by
-:meth:`FileTier.check_reads` (once per distinct chunk of a batch) before the native
-path reads the batch with ``pread``. A damaged chunk raises
-:class:`~chunkstore.errors.CorruptChunkError` naming the array, the chunk and the
-file instead of decoding into wrong data, also when bytes already read once were
-rewritten in place with the file's size and mtime restored (``cp -p``,
-``rsync --inplace``), which the size + mtime check below cannot see. The cost,
-one ``zlib.crc32`` of each chunk a read touches, is measured by
-``tools/bench_lazy_verify.py``.
+Each file chunk's CRC32 is checked (``verify=True``) on its first read, and again on
+its first read after any change of the file's inode change time (``st_ctime``), which
+every read already looks at: a damaged chunk raises
+:class:`~chunkstore.errors.CorruptChunkError` naming the array, the chunk and the file
+instead of decoding into wrong data. The ctime is what catches bytes rewritten in
+place after they were read once with the file's size and mtime put back (``cp -p``,
+``rsync --inplace``, ``touch -d``): no call sets it back, a write and the ``utime``
+that restores the mtime both move it. Anything else that moves it (``chmod``, a
+hard link, the rename of a new file over this one) only costs each chunk one more
+check. ``verify="always"`` checks a chunk's CRC32 on every read instead (by
+:meth:`FileTier.get` and :meth:`FileTier.peek`, and by :meth:`FileTier.check_reads`
+once per distinct chunk of a batch, before the native path reads the batch with
+``pread``): no reliance on the filesystem's timestamps, at a measured cost
+(``tools/bench_lazy_verify.py``).
 
 Files must be replaced by rename (``save`` does): the mapping keeps reading the
 file it opened. A file written into in place (``cp new.h5 buf.h5``, truncation)
@@ -79,6 +83,9 @@ class MappedFile:
         self._closer = weakref.finalize(self, os.close, self._fd)
         st = os.fstat(self._fd)
         self._mtime_ns = st.st_mtime_ns
+        self._ctime_ns = st.st_ctime_ns
+        #: bumped whenever the file's ctime moves: chunks checked before must be checked again
+        self.generation = 0
         self._changed: str | None = None
         self.size = st.st_size
         self._mmap = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else None
@@ -99,6 +106,8 @@ class MappedFile:
             raise ValueError(f"{self.path} was closed; its chunks can no longer be read") from e
         if st.st_mtime_ns != self._mtime_ns or st.st_size != self.size or self._changed:
             self._raise_changed(st)
+        if st.st_ctime_ns != self._ctime_ns:
+            self._ctime_moved(st)
         return buf[offset:offset + nbytes]
 
     def check_unchanged(self) -> None:
@@ -112,6 +121,13 @@ class MappedFile:
             raise ValueError(f"{self.path} was closed; its chunks can no longer be read") from e
         if st.st_mtime_ns != self._mtime_ns or st.st_size != self.size or self._changed:
             self._raise_changed(st)
+        if st.st_ctime_ns != self._ctime_ns:
+            self._ctime_moved(st)
+
+    def _ctime_moved(self, st: os.stat_result) -> None:
+        """Something changed the inode (a write whose mtime was put back, chmod, a link): check again."""
+        self.generation += 1  # first: a reader that sees the new ctime also sees the new generation
+        self._ctime_ns = st.st_ctime_ns
 
     def _raise_changed(self, st: os.stat_result) -> None:
         if self._changed is None:  # the first sight of the change is what the error says
@@ -158,7 +174,8 @@ class FileTier(Tier):
     name
         The array's name, for error messages.
     verify
-        Check a file chunk's CRC32 every time it is read from the file.
+        True: check a file chunk's CRC32 on its first read, and on its first read after the
+        file's ctime moved (see the module docstring); ``"always"``: on every read; False: never.
 
     Examples
     --------
@@ -183,12 +200,17 @@ class FileTier(Tier):
         *,
         writable: Tier | None = None,
         name: str = "array",
-        verify: bool = True,
+        verify: bool | str = True,
         own_writable: bool | None = None,
     ) -> None:
         self.file = file
         self.name = name
-        self.verify = verify
+        if verify not in (True, False, "always"):
+            raise ValueError(f"verify must be True, False or 'always', got {verify!r}")
+        self.verify = bool(verify)
+        #: check a chunk's CRC32 on every read, not once per change of the file's ctime
+        self.every_read = verify == "always"
+        self._generation = file.generation
         self._own_writable = writable is None if own_writable is None else bool(own_writable)
         self._closed = False
         self.writable: Tier = writable if writable is not None else MemoryTier()
@@ -259,7 +281,7 @@ class FileTier(Tier):
             return self.writable.get(ChunkRef(seg - 1, off, n))
         k = self._file_chunk(ref)
         view = self.file.view(off, n)
-        if self.verify:
+        if self.verify and (self.every_read or not self._fresh_checked()[k]):
             self._check_at(k, view)
         return view
 
@@ -343,7 +365,8 @@ class FileTier(Tier):
             return self.writable.peek(ChunkRef(seg - 1, off, n))
         k = self._file_chunk(ref, live=False)  # the file is never rewritten: released chunks read too
         view = self.file.view(off, n)
-        if self.verify:  # a save copies these bytes under a new CRC: never launder a rewritten chunk
+        # a save copies these bytes under a new CRC: never launder a rewritten chunk
+        if self.verify and (self.every_read or not self._fresh_checked()[k]):
             self._check_at(k, view)
         return view
 
@@ -363,8 +386,8 @@ class FileTier(Tier):
 
     def check_reads(self, segments: np.ndarray, offsets: np.ndarray) -> None:
         """The file unchanged since it was mapped and, with ``verify``, the CRC32 of every
-        file chunk in the batch (each distinct chunk once): the native path then ``pread``s
-        the bytes these checks saw."""
+        file chunk in the batch not checked since the file's ctime last moved (every one
+        with ``verify="always"``; each distinct chunk once)."""
         self.file.check_unchanged()
         if not self.verify:
             return
@@ -372,14 +395,25 @@ class FileTier(Tier):
         if not offs.size or not self._offsets.size:
             return
         k = np.searchsorted(self._offsets, offs).clip(max=len(self._offsets) - 1)
-        k = np.unique(k[self._offsets[k] == offs])
-        self._check_many(k)
+        k = k[self._offsets[k] == offs]
+        if not self.every_read:
+            k = k[~self._fresh_checked()[k]]
+        if k.size:
+            self._check_many(np.unique(k))
 
     # -- checksums ---------------------------------------------------------------------
     def verify_all(self) -> None:
         """Check every file chunk's CRC32 now (raises on the first bad one)."""
         self.file.check_unchanged()
         self._check_many(np.arange(len(self._offsets)))
+
+    def _fresh_checked(self) -> np.ndarray:
+        """Which chunks were checked since the file's ctime last moved (forgets the rest first)."""
+        gen = self.file.generation
+        if gen != self._generation:
+            self._checked = np.zeros(len(self._offsets), dtype=bool)  # one step: a new array
+            self._generation = gen
+        return self._checked
 
     def _check_many(self, k: np.ndarray) -> None:
         """CRC32 of the file chunks at table indices ``k`` (the file was just seen unchanged).
@@ -409,4 +443,4 @@ class FileTier(Tier):
             raise CorruptChunkError(f"{what} lies beyond the end of the file", array=self.name,
                                     chunk=chunk)
         check_crc(view, self._crc[k], what, array=self.name, chunk=chunk)
-        self._checked[k] = True  # for info(): chunks verified at least once
+        self._checked[k] = True  # a benign race between readers: at worst checked twice
