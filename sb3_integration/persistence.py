@@ -447,6 +447,11 @@ class ReplayFiles:
         ``buffer_device`` (and ``heap_bytes``) put its frames on a device, as the
         constructor's options do; the state itself is the same either way.
         """
+        if not isinstance(state, ReplayState):
+            raise TypeError(f"state must be a ReplayState (from state_dict()), got {type(state).__name__}")
+        if state.buffer_class != cls.__name__:
+            raise ValueError(f"this state is of a {state.buffer_class}, not a {cls.__name__}; rebuild it with "
+                             f"{state.buffer_class}.from_state_dict()")
         a = dict(state.arguments)
         rows, n_envs = int(a.pop("buffer_size")), int(a["n_envs"])
         obs_space = space_from_dict(a.pop("observation_space"))

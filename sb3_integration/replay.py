@@ -70,7 +70,7 @@ from sb3_integration._common import (
     unpack_array,
 )
 from sb3_integration.columns import SMALL_ARRAYS, Columns
-from sb3_integration.device_stacks import to_host
+from sb3_integration.device_stacks import check_not_meta, to_host
 from sb3_integration.errors import SpaceMismatchError, UsageAssertionError, UsageValueError
 from sb3_integration.extra_buffers import (
     convert_samples,
@@ -367,6 +367,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         # a batch array (or device tensor) this buffer just made for this call is handed over without a
         # second copy: a tensor already on ``device`` as it is
         if self._owned.pop(id(array), None) is array:
+            check_not_meta(array, self.device, f"return samples on {self.device}")
             return th.as_tensor(array, device=self.device)
         return super().to_torch(array, copy=copy)  # type: ignore[misc]
 
