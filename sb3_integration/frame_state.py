@@ -219,26 +219,32 @@ def check_streams(state: FrameStoreState, name: str) -> np.ndarray:
     if np.any(far_mask & stored):
         w, r, e = (int(i[0]) for i in np.nonzero(far_mask & stored))
         raise ValueError(f"{name}: stack {w} of row {r}, env {e} has a far delta that is not kept")
-    oldest = newest - (k - 1) + state.pads.astype(np.int64)
-    envs = np.broadcast_to(np.arange(n), state.pads.shape)
-    outside = stored & ((oldest < released[envs]) | (newest >= heads[envs]))
+    # positions in each env's live frames (0 = its oldest live frame), broadcast over the envs axis
+    top = newest - released  # the newest frame's position
+    bottom = top - (k - 1) + state.pads  # the oldest stored frame's position
+    outside = stored & ((bottom < 0) | (top >= live))
     if outside.any():
         w, r, e = (int(i[0]) for i in np.nonzero(outside))
-        raise ValueError(f"{name}: stack {w} of row {r}, env {e} uses frames {int(oldest[w, r, e])}.."
+        raise ValueError(f"{name}: stack {w} of row {r}, env {e} uses frames {int(bottom[w, r, e] + released[e])}.."
                          f"{int(newest[w, r, e])}, outside env {e}'s live frames {int(released[e])}.."
                          f"{int(heads[e]) - 1}")
-    starts, ends, env_of = oldest[stored], newest[stored] + 1, envs[stored]
-    last = state.has_last & (state.last_pad < k)
-    if np.any(state.has_last & ((state.last_slot != heads - 1) | (state.last_pad < 0) | (state.last_pad > k))):
-        e = int(np.argmax(state.has_last & ((state.last_slot != heads - 1) | (state.last_pad < 0)
-                                            | (state.last_pad > k))))
+    bad_last = state.has_last & ((state.last_slot != heads - 1) | (state.last_pad < 0) | (state.last_pad > k))
+    if bad_last.any():
+        e = int(np.argmax(bad_last))
         raise ValueError(f"{name}: env {e}'s last stack ends at frame {int(state.last_slot[e])} with padding "
                          f"{int(state.last_pad[e])}; its stream's head is {int(heads[e])}")
+    last = state.has_last & (state.last_pad < k)
+    last_bottom = state.last_slot - (k - 1) + state.last_pad - released
+    lowest = np.where(stored, bottom, np.iinfo(np.int64).max).min(axis=(0, 1))
+    lowest = np.minimum(lowest, np.where(last, last_bottom, np.iinfo(np.int64).max))
+    base = np.concatenate([[0], np.cumsum(live)])[:-1]  # env e's frames in one line: base[e] + position
+    if n > 1:
+        bottom, top = bottom + base, top + base
+    starts, ends = bottom[stored], top[stored] + 1
     if last.any():
-        starts = np.concatenate([starts, (state.last_slot - (k - 1) + state.last_pad)[last]])
-        ends = np.concatenate([ends, (state.last_slot + 1)[last]])
-        env_of = np.concatenate([env_of, np.flatnonzero(last)])
-    unused = _unused_above_oldest(starts, ends, env_of, heads, released)
+        starts = np.concatenate([starts, (last_bottom + base)[last]])
+        ends = np.concatenate([ends, (state.last_slot - released + base + 1)[last]])
+    unused = _unused_above_oldest(starts, ends, lowest, live)
     allowed = spr * k
     if np.any(unused > allowed):
         e = int(np.argmax(unused > allowed))
@@ -248,20 +254,16 @@ def check_streams(state: FrameStoreState, name: str) -> np.ndarray:
     return unused
 
 
-def _unused_above_oldest(starts: np.ndarray, ends: np.ndarray, env_of: np.ndarray, heads: np.ndarray,
-                         released: np.ndarray) -> np.ndarray:
-    """Per env: frames from the oldest used one up to the head that no interval ``[start, end)`` covers."""
-    n = len(heads)
-    live = np.maximum(heads - released, 0)
-    base = np.concatenate([[0], np.cumsum(live)])  # env e's frames at base[e] .. base[e + 1]
+def _unused_above_oldest(starts: np.ndarray, ends: np.ndarray, lowest: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Per env: positions from ``lowest[e]`` (its oldest used frame) to its last live one that no
+    interval ``[start, end)`` covers. Env ``e``'s positions ``0 .. live[e] - 1`` lie at
+    ``sum(live[:e]) + position`` in ``starts`` and ``ends``; ``lowest`` > ``live``: none used."""
+    base = np.concatenate([[0], np.cumsum(live)])
     total = int(base[-1])
-    diff = np.bincount(base[env_of] + (starts - released[env_of]), minlength=total + 1)
-    diff -= np.bincount(base[env_of] + (ends - released[env_of]), minlength=total + 1)
-    covered = np.concatenate([[0], np.cumsum(np.cumsum(diff)[:total] > 0)])
+    diff = np.bincount(starts, minlength=total + 1) - np.bincount(ends, minlength=total + 1)
+    covered = np.concatenate([[0], np.cumsum(np.cumsum(diff[:total]) > 0)])
     used = covered[base[1:]] - covered[base[:-1]]
-    lowest = np.full(n, np.iinfo(np.int64).max)
-    np.minimum.at(lowest, env_of, starts)
-    span = np.where(lowest <= heads, heads - lowest, 0)  # no stack uses a frame: nothing to count
+    span = np.where(lowest < live, live - lowest, 0)
     return np.maximum(span - used, 0)
 
 

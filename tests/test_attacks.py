@@ -432,3 +432,44 @@ def test_a_lazy_buffer_whose_file_is_rewritten_in_place_with_mtime_restored_rais
         assert before.shape == (64, 4, 84, 84) and frames.shape[0] == buf.buffer_size
     finally:
         buf.close()
+
+
+# -- crafted files: a buffer state that is in range but not consistent in itself ---------------------
+def edit_extra(f: h5py.File, name: str, edit) -> None:
+    """Change an extra in place and recompute its CRC32 (the file's checksums: ``reseal``)."""
+    dset = f[name]
+    data = dset[()]
+    edit(data)
+    dset[...] = data
+    dset.attrs["crc32"] = np.uint32(hdf5.checksum.crc32(data.tobytes()))
+
+
+def _orphans(f: h5py.File) -> None:  # 40 frames appended that no row uses, as retried adds leave
+    edit_extra(f, "observations/heads", lambda a: a.__setitem__(0, a[0] + 40))
+    edit_extra(f, "observations/has_last", lambda a: a.__setitem__(0, False))
+
+
+def _last_off_head(f: h5py.File) -> None:
+    edit_extra(f, "observations/last_slot", lambda a: a.__setitem__(0, a[0] - 1))
+
+
+def _released_past_rows(f: h5py.File) -> None:  # the oldest rows' frames released under them
+    heads = int(f["observations/heads"][0])
+    edit_extra(f, "observations/released", lambda a: a.__setitem__(0, (heads - 8) // 16 * 16))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (_orphans, "holds 40 live frames that no stack uses"),
+    (_last_off_head, "last stack ends at frame"),
+    (_released_past_rows, "slots point at frames outside the stored stream"),
+])
+def test_an_inconsistent_frame_stream_in_a_resealed_file_is_refused(buffer_file, tmp_path, reseal, edit, match):
+    path = tmp_path / "crafted.h5"
+    path.write_bytes(buffer_file.read_bytes())
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    reseal(path)
+    with pytest.raises(FormatError, match=f"damaged replay buffer state: observations: .*{match}"):
+        CompressedReplayBuffer.load(path, device="cpu")
+    problems = hdf5.verify(path)
+    assert [p.array for p in problems] == ["buffer state"] and match in problems[0].message

@@ -81,6 +81,19 @@ def file_tiers(path: str) -> list[Any]:
                 if isinstance(o, FileTier) and not o.closed and o.file.path == path]
 
 
+def time_consistency_check(buf: Any) -> float:
+    """Seconds of the frame-store consistency check that every load and unpickle runs (issue 27)."""
+    from sb3_integration.frame_state import check_streams
+
+    total = 0.0
+    for key, fs in buf.frame_stores.items():
+        with fs.state_dict() as state:
+            t0 = time.perf_counter()
+            check_streams(state, str(key))
+            total += time.perf_counter() - t0
+    return total
+
+
 def set_mode(tiers: list[Any], mode: str) -> None:
     from chunkstore.hdf5.filetier import FileTier
 
@@ -122,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         buf.save(path)
         buf.close()
         file_mb = Path(path).stat().st_size / 1e6
+        t0 = time.perf_counter()
         lazy = CompressedReplayBuffer.load(path, device="cpu", lazy=True)
+        load_s = time.perf_counter() - t0
+        consistency_s = time_consistency_check(lazy)
         ram = CompressedReplayBuffer.load(path, device="cpu", lazy=False)
         tiers = file_tiers(path)
         if not tiers:
@@ -144,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     table = md_table(rows, cols)
     head = (f"{args.transitions:,} MsPacman transitions (default options), file {file_mb:.0f} MB, "
             f"{len(tiers)} file-backed arrays, {args.rounds} rounds x {args.calls} calls, "
-            f"samples identical in every mode: {result['identical']}")
+            f"samples identical in every mode: {result['identical']}; lazy load {load_s:.3f} s; "
+            f"the frame-store consistency check that load runs: {consistency_s:.3f} s")
     print(head)
     print(table)
     save_results(args.out, {"transitions": args.transitions, "fill_s": fill_s, "file_mb": file_mb,
+                            "lazy_load_s": load_s, "consistency_check_s": consistency_s,
                             "file_arrays": len(tiers), "identical": result["identical"],
                             "rows": rows, "rounds": {str(b): result[b]["rounds"] for b in (256, 32)}},
                  f"# bench_lazy_verify\n\n{head}\n\n{table}\n")

@@ -215,8 +215,10 @@ def test_a_consistent_store_passes_and_uses_every_live_frame_above_its_oldest(st
 
 
 def test_unused_frames_are_counted_above_the_oldest_used_frame_only():
-    heads, released = np.array([20, 10]), np.array([4, 0])
-    # env 0 uses 8..11 and 14..19 (gaps: 12, 13; 4..7 below the oldest: waiting for release)
-    starts, ends, env_of = np.array([8, 14, 2]), np.array([12, 20, 10]), np.array([0, 0, 1])
-    assert _unused_above_oldest(starts, ends, env_of, heads, released).tolist() == [2, 0]
-    assert _unused_above_oldest(starts[:0], ends[:0], env_of[:0], heads, released).tolist() == [0, 0]
+    # env 0: 16 live frames, uses positions 4..7 and 10..15 (gaps: 8, 9; 0..3 below its oldest used
+    # frame: waiting for a release); env 1 (positions from 16 on): 10 live, uses 2..9
+    live = np.array([16, 10])
+    starts, ends = np.array([4, 10, 16 + 2]), np.array([8, 16, 16 + 10])
+    assert _unused_above_oldest(starts, ends, np.array([4, 2]), live).tolist() == [2, 0]
+    none = np.iinfo(np.int64).max  # no stack uses a frame: nothing counts
+    assert _unused_above_oldest(starts[:0], ends[:0], np.array([none, none]), live).tolist() == [0, 0]
