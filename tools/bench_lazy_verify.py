@@ -13,7 +13,8 @@ the baseline's in the same round, then the median over rounds):
 
 - ``first read + ctime`` (the default since issue 27): size, mtime and ctime of the file
   (one fstat per batch), and a chunk's CRC32 on its first read after the ctime last
-  moved; timed in its steady state (every chunk read once: the buffer's first pass);
+  moved; timed in its steady state (every chunk read once: the buffer's first pass),
+  where a batch skips the chunk lookup too;
 - ``first read`` (the behaviour before issue 27, the baseline): size + mtime, and a
   chunk's CRC32 only the first time it is read (reproduced here by a replacement of
   ``FileTier.check_reads``, the old code), in the same steady state;
@@ -101,6 +102,7 @@ def set_mode(tiers: list[Any], mode: str) -> None:
         t.verify, t.every_read = mode != "no CRC", mode == "every read"
         if mode.startswith("first read"):  # the steady state: every chunk was read once before
             t._fresh_checked()[:] = True
+            t._count_checked(len(t._checked))
         if mode == "first read":
             t.check_reads = _first_read_only.__get__(t, FileTier)
         else:

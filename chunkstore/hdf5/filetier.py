@@ -221,6 +221,8 @@ class FileTier(Tier):
         self._nbytes = np.asarray(nbytes, dtype=np.int64)[order]
         self._crc = np.asarray(crc32, dtype=np.uint32)[order]
         self._checked = np.zeros(len(self._offsets), dtype=bool)
+        self._nchecked = 0  # how many _checked holds, about (readers may race: recounted at the end)
+        self._all_checked = not len(self._offsets)  # exact: then a batch needs no lookup at all
         self._live = np.zeros(len(self._offsets), dtype=bool)  # adopted and not released yet
         self._file_live_nbytes = 0
         self._file_live_chunks = 0
@@ -389,7 +391,8 @@ class FileTier(Tier):
         file chunk in the batch not checked since the file's ctime last moved (every one
         with ``verify="always"``; each distinct chunk once)."""
         self.file.check_unchanged()
-        if not self.verify:
+        if not self.verify or (self._all_checked and not self.every_read
+                               and self._generation == self.file.generation):
             return
         offs = offsets[segments == FILE_SEGMENT]
         if not offs.size or not self._offsets.size:
@@ -411,9 +414,16 @@ class FileTier(Tier):
         """Which chunks were checked since the file's ctime last moved (forgets the rest first)."""
         gen = self.file.generation
         if gen != self._generation:
-            self._checked = np.zeros(len(self._offsets), dtype=bool)  # one step: a new array
+            self._all_checked = False
+            self._checked, self._nchecked = np.zeros(len(self._offsets), dtype=bool), 0  # new arrays
             self._generation = gen
         return self._checked
+
+    def _count_checked(self, new: int) -> None:
+        self._nchecked += new
+        if self._nchecked >= len(self._offsets) and not self._all_checked:
+            self._nchecked = int(np.count_nonzero(self._checked))  # exact, once (or after a race)
+            self._all_checked = self._nchecked == len(self._offsets)
 
     def _check_many(self, k: np.ndarray) -> None:
         """CRC32 of the file chunks at table indices ``k`` (the file was just seen unchanged).
@@ -433,7 +443,9 @@ class FileTier(Tier):
                                              strict=True)):
             if crc(buf[o:e]) != want:
                 self._check_at(int(k[i]), buf[o:e])  # raises: names the array, chunk and file
+        new = int(np.count_nonzero(~self._checked[k]))
         self._checked[k] = True
+        self._count_checked(new)
 
     def _check_at(self, k: int, view: np.ndarray) -> None:
         """CRC32 of file chunk ``k`` (in offset order), read as ``view``."""
@@ -443,4 +455,6 @@ class FileTier(Tier):
             raise CorruptChunkError(f"{what} lies beyond the end of the file", array=self.name,
                                     chunk=chunk)
         check_crc(view, self._crc[k], what, array=self.name, chunk=chunk)
-        self._checked[k] = True  # a benign race between readers: at worst checked twice
+        if not self._checked[k]:  # a benign race between readers: at worst checked twice
+            self._checked[k] = True
+            self._count_checked(1)

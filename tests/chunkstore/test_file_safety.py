@@ -220,6 +220,8 @@ def test_a_chunk_rewritten_in_place_with_mtime_restored_is_caught_at_its_next_re
         arr = store.arrays["obs"]
         for _ in range(2):  # read (and verified) already, twice
             assert np.array_equal(arr[[24, 30, 0]], want[[24, 30, 0]])
+        assert np.array_equal(np.asarray(arr), want)  # every chunk checked: batches skip the lookup
+        assert arr.tier.info()["verified_chunks"] == 8
         original = (tmp_path / "buf.h5").read_bytes()[off:off + n]
         rewrite_in_place(tmp_path / "buf.h5", off + n // 2, bytes([original[n // 2] ^ 0x40]))
         store._file.check_unchanged()  # size and mtime say nothing happened
