@@ -166,7 +166,7 @@ class FileTier(Tier):
         The mapped file.
     chunk_ids, offsets, nbytes, crc32
         One entry per chunk of this array in the file: its chunk index (for
-        messages), byte offset, length, and the CRC32 to check on every read.
+        messages), byte offset, length, and the CRC32 its reads are checked against.
     writable
         Where new chunks go (default: a new :class:`MemoryTier`, closed with this tier).
     own_writable

@@ -217,6 +217,23 @@ def test_unused_frames_are_counted_above_the_oldest_used_frame_only():
     # frame: waiting for a release); env 1 (positions from 16 on): 10 live, uses 2..9
     live = np.array([16, 10])
     starts, ends = np.array([4, 10, 16 + 2]), np.array([8, 16, 16 + 10])
-    assert _unused_above_oldest(starts, ends, np.array([4, 2]), live).tolist() == [2, 0]
+    cover = np.bincount(starts, minlength=27) - np.bincount(ends, minlength=27)
+    assert _unused_above_oldest(cover, np.array([4, 2]), live).tolist() == [2, 0]
     none = np.iinfo(np.int64).max  # no stack uses a frame: nothing counts
-    assert _unused_above_oldest(starts[:0], ends[:0], np.array([none, none]), live).tolist() == [0, 0]
+    assert _unused_above_oldest(np.zeros(27, np.int64), np.array([none, none]), live).tolist() == [0, 0]
+
+
+def test_the_check_runs_in_blocks_of_rows_with_the_same_answers(monkeypatch):
+    from sb3_integration import frame_state
+
+    buf = filled(3 * ROWS + 5, 2, "image", 3)
+    fs = store_of(buf)
+    with fs.state_dict() as state:
+        whole = check_streams(state, "obs").tolist()
+        monkeypatch.setattr(frame_state, "_CHECK_ROWS", 5)  # rows 0..4, 5..9, ...
+        assert check_streams(state, "obs").tolist() == whole == [0, 0]
+    row = (buf.pos - 1) % ROWS
+    fs.deltas[0, row, 1] += 9  # env 1's newest next stack: past its head, found in its block
+    with fs.state_dict() as state, pytest.raises(ValueError, match=f"stack 1 of row {row}, env 1 uses frames"):
+        check_streams(state, "obs")
+    buf.close()
