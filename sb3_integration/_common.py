@@ -126,13 +126,20 @@ class StoreOptions:
                               chunk_len=opt["chunk_len"], cache_bytes=opt["cache_bytes"], tier=opt["tier"],
                               threads=opt["threads"], buffer_device=opt["buffer_device"],
                               heap_bytes=opt["heap_bytes"])
-        return options, bool(opt["frame_dedup"]), opt["small_arrays"]
+        return options, check_frame_dedup(opt["frame_dedup"]), opt["small_arrays"]
 
 
 #: the keyword-only store options of the buffers, with their defaults
 STORE_OPTIONS: dict[str, Any] = {"preset": None, "chunk_len": None, "cache_bytes": DEFAULT_CACHE_BYTES,
                                  "tier": None, "frame_dedup": True, "threads": None, "small_arrays": "auto",
                                  "buffer_device": None, "heap_bytes": None}
+
+
+def check_frame_dedup(value: Any) -> bool:
+    """``frame_dedup`` as a bool; TypeError for anything else (``"no"`` is not False)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"frame_dedup must be True or False, got {value!r}")
+    return bool(value)
 
 
 def check_positive_or_none(name: str, value: Any) -> None:
@@ -159,6 +166,12 @@ def _device_options(buffer_device: Any, heap_bytes: Any, tier: Any) -> tuple[Any
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"buffer_device={buffer_device!r}: CUDA is not available here; use buffer_device='cpu' "
                          "or None (host)")
+    from sb3_integration.device_stacks import device_unusable
+
+    why = device_unusable(device)
+    if why is not None:
+        raise ValueError(f"buffer_device={buffer_device!r}: torch cannot use this device here ({why}); use "
+                         "'cuda', 'cpu' or None (host)")
     if tier is not None:
         raise ValueError("tier places chunks in host memory or on disk; with buffer_device the frames live in "
                          "device memory (heap_bytes caps it, older segments spill to host RAM): pass one of them")

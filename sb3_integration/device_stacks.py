@@ -74,6 +74,23 @@ def read_stacks(frames: Any, layout: StackLayout, ids: np.ndarray, parts: int = 
     return list(out.unbind(0))
 
 
+#: what a buffer whose frames are on torch's meta device answers when asked for data
+META_NO_DATA = "a buffer on the meta device holds no data"
+
+
+def check_not_meta(x: Any, to: Any, what: str) -> None:
+    """ValueError (:data:`META_NO_DATA`) when ``x`` is a meta tensor to be copied to ``to``, a real device."""
+    if getattr(getattr(x, "device", None), "type", None) == "meta" and _device_type(to) != "meta":
+        raise ValueError(f"{META_NO_DATA}: it cannot {what} (build it with buffer_device='cpu' or 'cuda' "
+                         "to keep data; the meta device is for shapes only)")
+
+
+def _device_type(device: Any) -> str:
+    import torch
+
+    return torch.device(device).type if device is not None else "cpu"
+
+
 def to_host(x: Any) -> Any:
     """A device tensor as a numpy array (a copy to the host: for inspection, never a sample)."""
     if hasattr(x, "detach"):
@@ -92,10 +109,30 @@ def check_device(device: Any, dtype: np.dtype, name: str) -> Any:
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"{name}: CUDA is not available here; use buffer_device='cpu' or None (host)")
+    why = device_unusable(dev)
+    if why is not None:
+        raise ValueError(f"{name}: torch cannot use device {str(dev)!r} here ({why}); use 'cuda', 'cpu' or None "
+                         "(host)")
     if torch_dtype(dtype) is None:
         raise TypeError(f"{name}: torch has no dtype for {dtype}; frames of this dtype can only be stored "
                         "on the host (buffer_device=None)")
     return dev
+
+
+def device_unusable(dev: Any) -> str | None:
+    """Why torch cannot make a tensor on ``dev`` (a torch.device) in this process, or None if it can.
+
+    A device type torch knows by name may have no backend here (``"mps"`` off a Mac, ``"xla"``
+    without torch_xla) or no such index: one empty tensor tells, at construction, instead of a
+    torch error at the first ``add``.
+    """
+    import torch
+
+    try:
+        torch.empty(0, device=dev)
+    except Exception as e:  # RuntimeError, NotImplementedError, AssertionError: whatever the backend says
+        return " ".join(f"{type(e).__name__}: {e}".split()).split(". ")[0][:160]
+    return None
 
 
 def available_device(device: str | None, name: str) -> str | None:
@@ -104,7 +141,8 @@ def available_device(device: str | None, name: str) -> str | None:
         return None
     import torch
 
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+    dev = torch.device(device)
+    if (dev.type == "cuda" and not torch.cuda.is_available()) or device_unusable(dev) is not None:
         warnings.warn(f"{name}: pickled with its frames on {device}, which is not available here; "
                       "they are kept in host memory instead", RuntimeWarning, stacklevel=3)
         return None

@@ -94,7 +94,13 @@ from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
 from chunkstore.device import DeviceArray
 from sb3_integration._frame_writes import DETECT_MAX_PUTS, FrameWrites, _native_writer
 from sb3_integration._outputs import OutputBlocks
-from sb3_integration.device_stacks import available_device, check_device, device_info, read_stacks
+from sb3_integration.device_stacks import (
+    META_NO_DATA,
+    available_device,
+    check_device,
+    device_info,
+    read_stacks,
+)
 from sb3_integration.frame_state import (
     FAR,
     UNWRITTEN,
@@ -559,6 +565,9 @@ class FrameStore(FrameWrites):
     def _frames_snapshot(self) -> ArraySnapshot | None:
         """The frames now: a ChunkedArray's snapshot, or device frames encoded on the host with ``codec``."""
         if isinstance(self.frames, DeviceArray):
+            if self.frames.device.type == "meta":  # before torch's "Cannot copy out of meta tensor"
+                raise ValueError(f"{self.name}: {META_NO_DATA}: it cannot be saved, pickled or captured "
+                                 "(state_dict)")
             return self.frames.snapshot(self.codec)  # type: ignore[no-any-return]
         return None if self.frames is None else self.frames.snapshot()
 

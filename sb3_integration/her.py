@@ -187,7 +187,7 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
     # -- HDF5 files ---------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str], device: Any = "auto", *, env: VecEnv | None = None,
-             lazy: bool = True, tier: Tier | None = None, verify: bool | None = None,
+             lazy: bool = True, tier: Tier | None = None, verify: bool | str | None = None,
              buffer_device: Any = None, heap_bytes: int | None = None) -> CompressedHerReplayBuffer:
         """The buffer saved in ``path`` (see :meth:`sb3_integration.persistence.ReplayFiles.load`),
         with ``env`` set if given."""

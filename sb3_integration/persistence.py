@@ -39,7 +39,8 @@ dictionary, lz4, rle, blosc2) make plain h5py raise an error, never return garba
 Saving flushes the open chunks (the partial chunk each env is writing is
 sealed; the next ``add()`` reopens it, reads are unchanged). Loading with
 ``lazy=True`` maps the file and decodes chunks from it on demand, checking
-each chunk's CRC32 on its first read; chunks written afterwards go to RAM (or
+each chunk's CRC32 on its first read and after any change of the file's
+ctime (``verify="always"``: every read); chunks written afterwards go to RAM (or
 ``tier``). ``lazy=False`` copies every chunk into RAM, checking it. Saving to
 the file a buffer was lazily loaded from is safe (temporary file + rename).
 
@@ -90,11 +91,12 @@ from chunkstore.array import ArraySnapshot
 from sb3_integration._load_checks import check_saved_buffer
 from sb3_integration.columns import SMALL_ARRAYS, Columns
 from sb3_integration.extra_buffers import extra_buffers_args_of
-from sb3_integration.frame_state import FAR, UNWRITTEN, FrameStoreState
+from sb3_integration.frame_state import FAR, UNWRITTEN, FrameStoreState, check_own_state
 from sb3_integration.spaces import space_from_dict, space_to_dict
 from sb3_integration.stacking import StackLayout
 
-__all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayFiles", "ReplayState", "read_replay", "write_replay"]
+__all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayFiles", "ReplayState", "read_replay",
+           "saved_state_problems", "write_replay"]
 
 #: the ``buffer_format`` attribute of a saved replay buffer
 BUFFER_FORMAT = "sb3_integration.replay_buffer"
@@ -204,7 +206,7 @@ def _prefix(key: Any) -> str:
 
 # -- loading ---------------------------------------------------------------------------
 def read_replay(path: str | os.PathLike[str], buffer_class: str, *, lazy: bool = True,
-                tier: Tier | None = None, verify: bool | None = None) -> tuple[ReplayState, fmt.Store]:
+                tier: Tier | None = None, verify: bool | str | None = None) -> tuple[ReplayState, fmt.Store]:
     """The state saved in ``path`` and the open HDF5 store (``h5``) its chunks come from.
 
     The caller closes ``h5`` if it does not keep the arrays.
@@ -218,18 +220,43 @@ def read_replay(path: str | os.PathLike[str], buffer_class: str, *, lazy: bool =
     path = os.fspath(path)
     h5 = fmt.load(path, lazy=lazy, tier=tier, cache=0, verify=verify)
     try:
-        attrs = h5.attrs
-        version = _check_kind(attrs, buffer_class, path)
-        check_saved_buffer(attrs, h5)  # sizes and state, before anything is allocated
-        try:
-            return _state(h5, attrs, version), h5
-        except ChunkstoreError:
-            raise
-        except Exception as e:  # a crafted description that passed the checks above
-            raise FormatError(f"{path}: damaged replay buffer description: {e!r}") from e
+        return read_state(h5, h5.attrs, buffer_class, path), h5
     except BaseException:
         h5.close()
         raise
+
+
+def saved_state_problems(path: str | os.PathLike[str]) -> list[str]:
+    """What :meth:`load` would refuse in the buffer state saved in ``path``, one message each.
+
+    Reads no chunk: the sizes and ranges (:func:`check_saved_buffer`), then each frame
+    store's state against the geometry it declares, consistency included
+    (:func:`~sb3_integration.frame_state.check_own_state`). ``chunkstore.hdf5.verify``
+    calls it for every saved replay buffer.
+    """
+    path = os.fspath(path)
+    with fmt.load(path, lazy=True, cache=0, verify=False) as h5:
+        attrs = h5.attrs
+        try:
+            state = read_state(h5, attrs, str(attrs.get("buffer_class")), path)
+            chunk_len = _int(state.arguments.get("chunk_len"), "chunk_len")
+            for key, fs in state.stores.items():
+                check_own_state(fs, chunk_len=chunk_len, name="observations" if key is None else f"observations[{key}]")
+        except (FormatError, ValueError, TypeError, KeyError) as e:
+            return [f"{path}: {e}" if path not in str(e) else str(e)]
+    return []
+
+
+def read_state(h5: fmt.Store, attrs: Mapping[str, Any], buffer_class: str, path: str) -> ReplayState:
+    """The replay state in an open store, its sizes and ranges checked first (FormatError)."""
+    version = _check_kind(attrs, buffer_class, path)
+    check_saved_buffer(attrs, h5)  # sizes and state, before anything is allocated
+    try:
+        return _state(h5, attrs, version)
+    except ChunkstoreError:
+        raise
+    except Exception as e:  # a crafted description that passed the checks above
+        raise FormatError(f"{path}: damaged replay buffer description: {e!r}") from e
 
 
 def _check_kind(attrs: Mapping[str, Any], buffer_class: str, path: str) -> int:
@@ -420,6 +447,11 @@ class ReplayFiles:
         ``buffer_device`` (and ``heap_bytes``) put its frames on a device, as the
         constructor's options do; the state itself is the same either way.
         """
+        if not isinstance(state, ReplayState):
+            raise TypeError(f"state must be a ReplayState (from state_dict()), got {type(state).__name__}")
+        if state.buffer_class != cls.__name__:
+            raise ValueError(f"this state is of a {state.buffer_class}, not a {cls.__name__}; rebuild it with "
+                             f"{state.buffer_class}.from_state_dict()")
         a = dict(state.arguments)
         rows, n_envs = int(a.pop("buffer_size")), int(a["n_envs"])
         obs_space = space_from_dict(a.pop("observation_space"))
@@ -491,7 +523,7 @@ class ReplayFiles:
 
     @classmethod
     def load(cls: type[B], path: str | os.PathLike[str], device: Any = "auto", *, lazy: bool = True,
-             tier: Tier | None = None, verify: bool | None = None, buffer_device: Any = None,
+             tier: Tier | None = None, verify: bool | str | None = None, buffer_device: Any = None,
              heap_bytes: int | None = None) -> B:
         """The buffer saved in ``path``, ready to sample and to keep adding to.
 
@@ -508,8 +540,10 @@ class ReplayFiles:
         tier
             Where chunks written after the load (lazy) or all chunks (eager) live.
         verify
-            None: check each chunk's CRC32 when loaded (eager) or first read (lazy);
-            True: also check all of them up front when lazy; False: no checks.
+            None: check each chunk's CRC32 when loaded (eager), or (lazy) on its first
+            read and again after the file's ctime moved (a chunk rewritten in place with
+            the file's size and mtime put back is caught); True: also check all of them up
+            front when lazy; ``"always"``: (lazy) on every read; False: no checks.
         buffer_device, heap_bytes
             Put the observation frames on a torch device (``"cuda"``), as the constructor's
             options of these names do: every frame chunk is decoded once and stored there,

@@ -70,7 +70,7 @@ from sb3_integration._common import (
     unpack_array,
 )
 from sb3_integration.columns import SMALL_ARRAYS, Columns
-from sb3_integration.device_stacks import to_host
+from sb3_integration.device_stacks import check_not_meta, to_host
 from sb3_integration.errors import SpaceMismatchError, UsageAssertionError, UsageValueError
 from sb3_integration.extra_buffers import (
     convert_samples,
@@ -367,6 +367,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         # a batch array (or device tensor) this buffer just made for this call is handed over without a
         # second copy: a tensor already on ``device`` as it is
         if self._owned.pop(id(array), None) is array:
+            check_not_meta(array, self.device, f"return samples on {self.device}")
             return th.as_tensor(array, device=self.device)
         return super().to_torch(array, copy=copy)  # type: ignore[misc]
 
@@ -451,6 +452,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, default in _LEGACY_DEFAULTS.items():  # pickles of 0.1.0's internal classes lack them
             state.setdefault(name, default)
+        _check_position(state)
         stores = state["_stores"]
         for key, fs in list(stores.items()):
             if isinstance(fs, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
@@ -476,6 +478,17 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.store_options = dataclasses.replace(self.store_options, buffer_device=self.buffer_device)
         self._plan, self._memo, self._owned = None, {}, {}
         self._make_views()
+
+
+def _check_position(state: dict[str, Any]) -> None:
+    """A pickled buffer's ``pos`` and ``full`` in range (ValueError), before anything is rebuilt."""
+    size, pos, full = state.get("buffer_size"), state.get("pos"), state.get("full")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"this pickled buffer is damaged: buffer_size is {size!r}")
+    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos < size:
+        raise ValueError(f"this pickled buffer is damaged: pos is {pos!r}, outside 0..{size - 1}")
+    if not isinstance(full, (bool, np.bool_)):
+        raise ValueError(f"this pickled buffer is damaged: full is {full!r}, not True or False")
 
 
 # -- SB3's constructor checks, written once -------------------------------------------------

@@ -48,11 +48,12 @@ from sb3_integration._closing import ClosableBuffer
 from sb3_integration._common import (
     ObservationView,
     StoreOptions,
+    check_frame_dedup,
     device_budget,
     stack_axis_order,
     subspaces,
 )
-from sb3_integration.device_stacks import to_host
+from sb3_integration.device_stacks import check_not_meta, to_host
 from sb3_integration.errors import RolloutNotFullError, UsageTypeError
 from sb3_integration.extra_buffers import convert_samples, describe, parse_extra_buffers_args
 from sb3_integration.frames import OBS, FrameStore
@@ -112,6 +113,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
                                  "buffer_device, heap_bytes")
         BaseBuffer.__init__(cast(BaseBuffer, self), buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
         check_rollout_space(self)
+        dedup = check_frame_dedup(frame_dedup)
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=DEFAULT_ROLLOUT_COMPRESSION if compression_method is None else compression_method,
@@ -125,7 +127,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
         self._sampling = False
         self.compression_method = get_codec(self.store_options.compression_method).name
         self.chunk_len = self.store_options.chunk_len
-        self.frame_dedup = bool(frame_dedup)
+        self.frame_dedup = dedup
         self._stores = {}
         describe(self, extra, observation_space)
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)  # type: ignore[call-arg]
@@ -226,6 +228,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
 
     def _obs_tensor(self, obs: Any) -> th.Tensor:
         # obs is a fresh array nobody else holds: share it instead of copying (SB3's to_torch copies)
+        check_not_meta(obs, self.device, f"return samples on {self.device}")
         return th.as_tensor(obs, device=self.device)
 
     # -- sizes ---------------------------------------------------------------------------

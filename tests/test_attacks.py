@@ -8,7 +8,9 @@ The attacks of the reliability review, kept as tests:
   nothing the data is the same;
 * one-character edits of a trained dictionary and of the header (``pos``);
 * crafted files whose checksums were recomputed (``reseal``): declared sizes far beyond
-  the data, buffer state out of range, decompression bombs as chunks.
+  the data, buffer state out of range, decompression bombs as chunks;
+* a lazily loaded buffer's file rewritten in place after its chunks were read, with the
+  file's size and mtime restored (``cp -p``, ``rsync --inplace``).
 
 Nothing else may escape: no OSError, RuntimeError, IndexError, MemoryError, ...
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -399,3 +402,74 @@ def test_layout_2_buffer_state_is_checked_too():
     extras["observations/pads"][1, 3, 0] = 7
     with pytest.raises(FormatError, match="padding 7 for stacks of 4 frames"):
         check_saved_buffer(attrs, store)
+
+
+# -- a lazily loaded buffer's file rewritten in place, mtime restored -----------------------------
+def test_a_lazy_buffer_whose_file_is_rewritten_in_place_with_mtime_restored_raises(buffer_file,
+                                                                                   tmp_path):
+    path = tmp_path / "buf.h5"
+    path.write_bytes(buffer_file.read_bytes())
+    spans = hdf5.chunk_spans(path, "observations/frames")
+    buf = CompressedReplayBuffer.load(path, device="cpu", lazy=True)
+    try:
+        frames = np.asarray(buf.observations)  # every frame chunk read (and checked) once
+        np.random.seed(0)  # noqa: NPY002 - SB3 samples with the global RNG
+        before = buf.sample(64).observations.numpy()
+        st_before = os.stat(path)
+        raw = bytearray(path.read_bytes())
+        for _c, off, n in spans[::7].tolist():  # flip a byte in every 7th chunk, in place
+            raw[off + n // 2] ^= 0x20
+        with open(path, "r+b") as fh:
+            fh.write(raw)
+        os.utime(path, ns=(st_before.st_atime_ns, st_before.st_mtime_ns))
+        assert os.stat(path).st_size == st_before.st_size
+        with pytest.raises(CorruptChunkError, match=r"observations/frames: chunk \d+ in .*buf.h5 is corrupt"):
+            np.asarray(buf.observations)
+        np.random.seed(0)  # noqa: NPY002 - the batch of `before`: it reads damaged chunks
+        with pytest.raises(CorruptChunkError) as e:
+            buf.sample(64)
+        assert e.value.array == "observations/frames" and e.value.chunk in set(spans[::7, 0].tolist())
+        assert before.shape == (64, 4, 84, 84) and frames.shape[0] == buf.buffer_size
+    finally:
+        buf.close()
+
+
+# -- crafted files: a buffer state that is in range but not consistent in itself ---------------------
+def edit_extra(f: h5py.File, name: str, edit) -> None:
+    """Change an extra in place and recompute its CRC32 (the file's checksums: ``reseal``)."""
+    dset = f[name]
+    data = dset[()]
+    edit(data)
+    dset[...] = data
+    dset.attrs["crc32"] = np.uint32(hdf5.checksum.crc32(data.tobytes()))
+
+
+def _orphans(f: h5py.File) -> None:  # 40 frames appended that no row uses, as retried adds leave
+    edit_extra(f, "observations/heads", lambda a: a.__setitem__(0, a[0] + 40))
+    edit_extra(f, "observations/has_last", lambda a: a.__setitem__(0, False))
+
+
+def _last_off_head(f: h5py.File) -> None:
+    edit_extra(f, "observations/last_slot", lambda a: a.__setitem__(0, a[0] - 1))
+
+
+def _released_past_rows(f: h5py.File) -> None:  # the oldest rows' frames released under them
+    heads = int(f["observations/heads"][0])
+    edit_extra(f, "observations/released", lambda a: a.__setitem__(0, (heads - 8) // 16 * 16))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (_orphans, "holds 40 live frames that no stack uses"),
+    (_last_off_head, "last stack ends at frame"),
+    (_released_past_rows, "slots point at frames outside the stored stream"),
+])
+def test_an_inconsistent_frame_stream_in_a_resealed_file_is_refused(buffer_file, tmp_path, reseal, edit, match):
+    path = tmp_path / "crafted.h5"
+    path.write_bytes(buffer_file.read_bytes())
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    reseal(path)
+    with pytest.raises(FormatError, match=f"damaged replay buffer state: observations: .*{match}"):
+        CompressedReplayBuffer.load(path, device="cpu")
+    problems = hdf5.verify(path)
+    assert [p.array for p in problems] == ["buffer state"] and match in problems[0].message

@@ -4,7 +4,9 @@
 
 Checks the metadata checksums (header, each array's description, codec config with
 its trained dictionary, chunk table, each extra), every extra's CRC32, and every
-chunk: present, CRC32, and that it decodes to its size. Prints what it checked and
+chunk: present, CRC32, and that it decodes to its size; a saved replay buffer's state
+too (sizes, pos and full in range, every frame stream consistent with the rows that use
+it: what ``load`` refuses). Prints what it checked and
 how long it took, then ``OK`` or one line per problem. Exit status: 0 sound,
 1 corrupt (problems found), 2 the file cannot be read as a chunkstore file at all;
 never a traceback.
@@ -37,6 +39,9 @@ def describe(report: VerifyReport) -> list[str]:
                      + (f"; {extras} extra descriptions)" if extras else ")"))
     elif report.format_version == 1:
         lines.append("  metadata checksums: none (format 1 files have only chunk and extra CRC32s)")
+    if report.state:
+        lines.append(f"  buffer state ({report.state}): in range and consistent (streams, descriptors, "
+                     "last stacks)")
     return lines
 
 

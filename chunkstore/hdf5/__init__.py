@@ -35,7 +35,8 @@ Where a chunk's bytes are. Chunk c lies in HDF5 chunk ``c // G``, after the stor
 chunks of its group with smaller indices: its file offset is the HDF5 chunk's file
 offset (HDF5's chunk index) plus their ``nbytes``. A lazily loaded array reads exactly
 those bytes (``pread`` on the native path), never a whole HDF5 chunk, and checks their
-CRC32 on the first read. The reader refuses a file whose HDF5 chunk sizes differ from
+CRC32 on the first read, and again after any change of the file's ctime. The reader
+refuses a file whose HDF5 chunk sizes differ from
 the sums of their chunks' ``nbytes``. ``G`` is chosen per array at save time so that
 an HDF5 chunk holds about 256 KB (see :mod:`~chunkstore.hdf5._groups`): a save makes
 one HDF5 call per group instead of one per chunk. Measured (``tools/bench_persistence.py``,

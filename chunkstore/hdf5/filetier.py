@@ -11,16 +11,28 @@ Refs: segment 0 is the file (offset = byte offset in the file); segment ``s`` of
 the writable tier is segment ``s + 1`` here. ChunkedArray treats negative
 segments as "not stored", so the file cannot use a negative id.
 
-Each file chunk's CRC32 is checked on its first read (``verify=True``), so a
-damaged chunk raises :class:`~chunkstore.errors.CorruptChunkError` naming the
-array and chunk instead of decoding into wrong data.
+Each file chunk's CRC32 is checked (``verify=True``) on its first read, and again on
+its first read after any change of the file's inode change time (``st_ctime``), which
+every read already looks at: a damaged chunk raises
+:class:`~chunkstore.errors.CorruptChunkError` naming the array, the chunk and the file
+instead of decoding into wrong data. The ctime is what catches bytes rewritten in
+place after they were read once with the file's size and mtime put back (``cp -p``,
+``rsync --inplace``, ``touch -d``): no call sets it back, a write and the ``utime``
+that restores the mtime both move it. Anything else that moves it (``chmod``, a
+hard link, the rename of a new file over this one) only costs each chunk one more
+check. ``verify="always"`` checks a chunk's CRC32 on every read instead (by
+:meth:`FileTier.get` and :meth:`FileTier.peek`, and by :meth:`FileTier.check_reads`
+once per distinct chunk of a batch, before the native path reads the batch with
+``pread``): no reliance on the filesystem's timestamps, at a measured cost
+(``tools/bench_lazy_verify.py``).
 
 Files must be replaced by rename (``save`` does): the mapping keeps reading the
 file it opened. A file written into in place (``cp new.h5 buf.h5``, truncation)
 would change or, past its new end, crash the process with SIGBUS; every read
 first compares the file's size and modification time with those at load time
-and raises :class:`~chunkstore.errors.FileChangedError` when they differ. (A
-change between that check and the read itself cannot be caught.)
+and raises :class:`~chunkstore.errors.FileChangedError` when they differ, then
+checks the CRC32s. (A change between those checks and the native ``pread`` itself
+cannot be caught.)
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import contextlib
 import mmap
 import os
 import weakref
+import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -70,6 +83,9 @@ class MappedFile:
         self._closer = weakref.finalize(self, os.close, self._fd)
         st = os.fstat(self._fd)
         self._mtime_ns = st.st_mtime_ns
+        self._ctime_ns = st.st_ctime_ns
+        #: bumped whenever the file's ctime moves: chunks checked before must be checked again
+        self.generation = 0
         self._changed: str | None = None
         self.size = st.st_size
         self._mmap = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else None
@@ -90,6 +106,8 @@ class MappedFile:
             raise ValueError(f"{self.path} was closed; its chunks can no longer be read") from e
         if st.st_mtime_ns != self._mtime_ns or st.st_size != self.size or self._changed:
             self._raise_changed(st)
+        if st.st_ctime_ns != self._ctime_ns:
+            self._ctime_moved(st)
         return buf[offset:offset + nbytes]
 
     def check_unchanged(self) -> None:
@@ -103,6 +121,13 @@ class MappedFile:
             raise ValueError(f"{self.path} was closed; its chunks can no longer be read") from e
         if st.st_mtime_ns != self._mtime_ns or st.st_size != self.size or self._changed:
             self._raise_changed(st)
+        if st.st_ctime_ns != self._ctime_ns:
+            self._ctime_moved(st)
+
+    def _ctime_moved(self, st: os.stat_result) -> None:
+        """Something changed the inode (a write whose mtime was put back, chmod, a link): check again."""
+        self.generation += 1  # first: a reader that sees the new ctime also sees the new generation
+        self._ctime_ns = st.st_ctime_ns
 
     def _raise_changed(self, st: os.stat_result) -> None:
         if self._changed is None:  # the first sight of the change is what the error says
@@ -141,7 +166,7 @@ class FileTier(Tier):
         The mapped file.
     chunk_ids, offsets, nbytes, crc32
         One entry per chunk of this array in the file: its chunk index (for
-        messages), byte offset, length, and the CRC32 to check on first read.
+        messages), byte offset, length, and the CRC32 its reads are checked against.
     writable
         Where new chunks go (default: a new :class:`MemoryTier`, closed with this tier).
     own_writable
@@ -149,7 +174,8 @@ class FileTier(Tier):
     name
         The array's name, for error messages.
     verify
-        Check each file chunk's CRC32 on its first read.
+        True: check a file chunk's CRC32 on its first read, and on its first read after the
+        file's ctime moved (see the module docstring); ``"always"``: on every read; False: never.
 
     Examples
     --------
@@ -174,12 +200,17 @@ class FileTier(Tier):
         *,
         writable: Tier | None = None,
         name: str = "array",
-        verify: bool = True,
+        verify: bool | str = True,
         own_writable: bool | None = None,
     ) -> None:
         self.file = file
         self.name = name
-        self.verify = verify
+        if verify not in (True, False, "always"):
+            raise ValueError(f"verify must be True, False or 'always', got {verify!r}")
+        self.verify = bool(verify)
+        #: check a chunk's CRC32 on every read, not once per change of the file's ctime
+        self.every_read = verify == "always"
+        self._generation = file.generation
         self._own_writable = writable is None if own_writable is None else bool(own_writable)
         self._closed = False
         self.writable: Tier = writable if writable is not None else MemoryTier()
@@ -190,6 +221,8 @@ class FileTier(Tier):
         self._nbytes = np.asarray(nbytes, dtype=np.int64)[order]
         self._crc = np.asarray(crc32, dtype=np.uint32)[order]
         self._checked = np.zeros(len(self._offsets), dtype=bool)
+        self._nchecked = 0  # how many _checked holds, about (readers may race: recounted at the end)
+        self._all_checked = not len(self._offsets)  # exact: then a batch needs no lookup at all
         self._live = np.zeros(len(self._offsets), dtype=bool)  # adopted and not released yet
         self._file_live_nbytes = 0
         self._file_live_chunks = 0
@@ -248,10 +281,10 @@ class FileTier(Tier):
         seg, off, n = ref
         if seg != FILE_SEGMENT:
             return self.writable.get(ChunkRef(seg - 1, off, n))
-        self._file_chunk(ref)
+        k = self._file_chunk(ref)
         view = self.file.view(off, n)
-        if self.verify:
-            self._check(off, view)
+        if self.verify and (self.every_read or not self._fresh_checked()[k]):
+            self._check_at(k, view)
         return view
 
     def release(self, ref: ChunkRef) -> None:
@@ -332,8 +365,12 @@ class FileTier(Tier):
         seg, off, n = ref
         if seg != FILE_SEGMENT:
             return self.writable.peek(ChunkRef(seg - 1, off, n))
-        self._file_chunk(ref, live=False)  # the file is never rewritten: released chunks read too
-        return self.file.view(off, n)
+        k = self._file_chunk(ref, live=False)  # the file is never rewritten: released chunks read too
+        view = self.file.view(off, n)
+        # a save copies these bytes under a new CRC: never launder a rewritten chunk
+        if self.verify and (self.every_read or not self._fresh_checked()[k]):
+            self._check_at(k, view)
+        return view
 
     def live_refs(self) -> np.ndarray | None:
         new = self.writable.live_refs()
@@ -346,33 +383,69 @@ class FileTier(Tier):
         file = np.stack([np.full(len(k), FILE_SEGMENT, np.int64), self._offsets[k], self._nbytes[k]])
         return np.concatenate([file, new], axis=1)
 
-    #: a native read must first see that the file was not changed in place (and check CRCs)
+    #: a native read must first see that the file was not changed in place, and the CRCs
     checks_reads = True
 
     def check_reads(self, segments: np.ndarray, offsets: np.ndarray) -> None:
-        """The file unchanged since it was mapped, and the CRC32 of every file chunk in the
-        batch not checked before (with ``verify``; repeated chunks are checked once)."""
+        """The file unchanged since it was mapped and, with ``verify``, the CRC32 of every
+        file chunk in the batch not checked since the file's ctime last moved (every one
+        with ``verify="always"``; each distinct chunk once)."""
         self.file.check_unchanged()
-        if not self.verify:
+        if not self.verify or (self._all_checked and not self.every_read
+                               and self._generation == self.file.generation):
             return
         offs = offsets[segments == FILE_SEGMENT]
         if not offs.size or not self._offsets.size:
             return
         k = np.searchsorted(self._offsets, offs).clip(max=len(self._offsets) - 1)
-        k = k[(self._offsets[k] == offs) & ~self._checked[k]]
-        for i in np.unique(k).tolist():
-            self._check_at(i, self.file.view(int(self._offsets[i]), int(self._nbytes[i])))
+        k = k[self._offsets[k] == offs]
+        if not self.every_read:
+            k = k[~self._fresh_checked()[k]]
+        if k.size:
+            self._check_many(np.unique(k))
 
     # -- checksums ---------------------------------------------------------------------
     def verify_all(self) -> None:
         """Check every file chunk's CRC32 now (raises on the first bad one)."""
-        for k in np.flatnonzero(~self._checked).tolist():
-            self._check_at(k, self.file.view(int(self._offsets[k]), int(self._nbytes[k])))
+        self.file.check_unchanged()
+        self._check_many(np.arange(len(self._offsets)))
 
-    def _check(self, offset: int, view: np.ndarray) -> None:
-        k = int(np.searchsorted(self._offsets, offset))
-        if k < len(self._offsets) and self._offsets[k] == offset and not self._checked[k]:
-            self._check_at(k, view)
+    def _fresh_checked(self) -> np.ndarray:
+        """Which chunks were checked since the file's ctime last moved (forgets the rest first)."""
+        gen = self.file.generation
+        if gen != self._generation:
+            self._all_checked = False
+            self._checked, self._nchecked = np.zeros(len(self._offsets), dtype=bool), 0  # new arrays
+            self._generation = gen
+        return self._checked
+
+    def _count_checked(self, new: int) -> None:
+        self._nchecked += new
+        if self._nchecked >= len(self._offsets) and not self._all_checked:
+            self._nchecked = int(np.count_nonzero(self._checked))  # exact, once (or after a race)
+            self._all_checked = self._nchecked == len(self._offsets)
+
+    def _check_many(self, k: np.ndarray) -> None:
+        """CRC32 of the file chunks at table indices ``k`` (the file was just seen unchanged).
+
+        The hot loop of a lazily loaded buffer's every sample: one ``zlib.crc32`` per
+        chunk on a slice of the mapping, no stat per chunk.
+        """
+        buf = self.file.buf
+        if buf is None:
+            raise ValueError(f"{self.file.path} was closed; its chunks can no longer be read")
+        offs, ends = self._offsets[k], self._offsets[k] + self._nbytes[k]
+        if ends.size and int(ends.max()) > buf.size:
+            i = int(np.flatnonzero(ends > buf.size)[0])
+            self._check_at(int(k[i]), buf[int(offs[i]):int(ends[i])])  # raises: names the chunk
+        crc: Callable[[Any], int] = zlib.crc32
+        for i, (o, e, want) in enumerate(zip(offs.tolist(), ends.tolist(), self._crc[k].tolist(),
+                                             strict=True)):
+            if crc(buf[o:e]) != want:
+                self._check_at(int(k[i]), buf[o:e])  # raises: names the array, chunk and file
+        new = int(np.count_nonzero(~self._checked[k]))
+        self._checked[k] = True
+        self._count_checked(new)
 
     def _check_at(self, k: int, view: np.ndarray) -> None:
         """CRC32 of file chunk ``k`` (in offset order), read as ``view``."""
@@ -382,4 +455,6 @@ class FileTier(Tier):
             raise CorruptChunkError(f"{what} lies beyond the end of the file", array=self.name,
                                     chunk=chunk)
         check_crc(view, self._crc[k], what, array=self.name, chunk=chunk)
-        self._checked[k] = True  # a benign race between readers: at worst checked twice
+        if not self._checked[k]:  # a benign race between readers: at worst checked twice
+            self._checked[k] = True
+            self._count_checked(1)

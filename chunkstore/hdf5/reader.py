@@ -68,7 +68,7 @@ def load(
     lazy: bool = True,
     tier: Tier | None = None,
     cache: LRUChunkCache | int | None = None,
-    verify: bool | None = None,
+    verify: bool | str | None = None,
     progress: bool = False,
 ) -> Store:
     """Open a file written by :func:`~chunkstore.hdf5.save`.
@@ -85,8 +85,13 @@ def load(
     cache
         The arrays' decoded-chunk cache, as for :class:`ChunkedArray`.
     verify
-        None (default): check each chunk's CRC32 as it is loaded (eager) or on
-        its first read (lazy). True: also check every chunk up front when lazy.
+        None (default): check each chunk's CRC32 as it is loaded (eager), or (lazy)
+        on its first read and again on its first read after the file's ctime moved,
+        which catches a chunk rewritten in place after it was read even with the
+        file's size and mtime put back (see :mod:`~chunkstore.hdf5.filetier`). True:
+        also check every chunk up front when lazy. ``"always"``: (lazy) check a chunk
+        on every read, whatever the timestamps say (costs sample time:
+        ``tools/bench_lazy_verify.py``).
         False: no chunk checks. The metadata checksums (header, codec config and
         dictionary, chunk tables, extras) are always checked: they cost nothing.
     progress
@@ -103,6 +108,8 @@ def load(
         A chunk or extra failed its checksum or is missing (names the array and chunk).
     """
     path = os.fspath(path)
+    if verify not in (None, True, False, "always"):
+        raise ValueError(f"verify must be None, True, False or 'always', got {verify!r}")
     with open_file(path) as (f, fd):
         header = read_header(f, path)
         metas = [read_array_meta(f, name, header) for name in header.arrays]
@@ -191,19 +198,19 @@ def new_array(meta: ArrayMeta, tier: Tier, cache: LRUChunkCache | int | None,
 
 
 def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
-                cache: LRUChunkCache | int | None, verify: bool | None, bar: tqdm) -> ChunkedArray:
+                cache: LRUChunkCache | int | None, verify: bool | str | None, bar: tqdm) -> ChunkedArray:
     chunks, offsets, nbytes, crcs = meta.sources()
     ftier = FileTier(mapped, chunks, offsets, nbytes, crcs, writable=tier, name=meta.name,
-                     verify=verify is not False)
+                     verify="always" if verify == "always" else verify is not False)
     arr = new_array(meta, ftier, cache, mapped.path)
     arr.adopt_chunks(chunks, ftier.adopt(offsets, nbytes))  # the file bytes stay where they are
-    if verify:
+    if verify is True:
         ftier.verify_all()
     return arr
 
 
 def _eager_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
-                 cache: LRUChunkCache | int | None, verify: bool | None, bar: tqdm) -> ChunkedArray:
+                 cache: LRUChunkCache | int | None, verify: bool | str | None, bar: tqdm) -> ChunkedArray:
     arr = new_array(meta, tier if tier is not None else MemoryTier(), cache, mapped.path,
                     own_tier=tier is None)  # a tier the caller gave stays the caller's
     chunks, offsets, nbytes, crcs = meta.sources()

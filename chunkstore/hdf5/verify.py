@@ -1,7 +1,14 @@
-"""Check a saved file completely: metadata checksums, every chunk's CRC32 and decoding."""
+"""Check a saved file completely: metadata checksums, every chunk's CRC32 and decoding.
+
+A file whose attributes name a ``buffer_format`` listed in :data:`STATE_CHECKS` (a saved
+replay buffer) has its state checked too, by the package that wrote it, where that
+package is installed: a state that is damaged or not consistent in itself is a problem
+(``array`` ``"buffer state"``), as ``load`` would refuse it.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -34,6 +41,9 @@ __all__ = ["Problem", "VerifyReport", "verify", "verify_report"]
 
 #: chunks between progress-bar updates
 BAR_STEP = 512
+#: ``buffer_format`` -> ``"module:function"``: ``function(path)`` returns one message per problem
+#: of the state saved there (imported on demand; not installed: the state is not checked)
+STATE_CHECKS = {"sb3_integration.replay_buffer": "sb3_integration.persistence:saved_state_problems"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,8 @@ class VerifyReport:
     chunks: int = 0
     #: the metadata checksums checked (empty for format 1 files, which have none)
     checksums: list[str] = field(default_factory=list)
+    #: the ``buffer_format`` whose state was checked (None: no state, or not checked)
+    state: str | None = None
     seconds: float = 0.0
 
     @property
@@ -110,8 +122,24 @@ def verify_report(path: str | os.PathLike[str], *, progress: bool = False) -> Ve
                 report.problems += _chunk_problems(meta, mapped, bar, report)
     finally:
         mapped.close()
+    if not report.problems:  # a damaged file is reported already: its state is not read
+        _check_state(path, header.attrs, report)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _check_state(path: str, attrs: dict, report: VerifyReport) -> None:
+    kind = attrs.get("buffer_format")
+    target = STATE_CHECKS.get(kind) if isinstance(kind, str) else None
+    if target is None:
+        return
+    module, _, name = target.partition(":")
+    try:
+        check = getattr(importlib.import_module(module), name)
+    except ImportError:
+        return
+    report.problems += [Problem("buffer state", None, m) for m in check(path)]
+    report.state = kind
 
 
 def _check_metadata(f: h5py.File, header: Header, report: VerifyReport) -> list[ArrayMeta]:

@@ -4,6 +4,9 @@
   a symlink, and removes the temporaries of earlier killed saves (only its own, dead ones).
 * A lazily loaded file overwritten in place or truncated raises FileChangedError at the
   next read instead of returning other data or dying of SIGBUS (run in a subprocess).
+* A chunk rewritten in place after it was read, with the file's size and mtime restored,
+  raises CorruptChunkError naming the chunk and the file at its next read (native and
+  Python read paths, the save of a lazily loaded store).
 * FIFOs, directories and devices are refused at once, without blocking.
 """
 
@@ -187,6 +190,99 @@ def test_changed_file_error_is_sticky_and_names_the_file(tmp_path):
             assert isinstance(e.value, FileChangedError)  # raised as it is: it names the file
         with pytest.raises(FileChangedError):  # straight from the mapped file
             store._file.check_unchanged()
+
+
+def rewrite_in_place(path: Path, offset: int, data: bytes) -> None:
+    """Write ``data`` into ``path`` at ``offset`` and put its mtime back: size and mtime unchanged."""
+    st = os.stat(path)
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+@pytest.mark.parametrize("verify", [None, "always"])
+@pytest.mark.parametrize("path_kind", ["native", "python"])
+def test_a_chunk_rewritten_in_place_with_mtime_restored_is_caught_at_its_next_read(
+        tmp_path, monkeypatch, path_kind, verify):
+    from chunkstore import native
+
+    if path_kind == "python":
+        monkeypatch.setattr(native, "available", lambda: False)
+    elif not native.available():
+        pytest.skip("the native layer is not available here")
+    want = small_store(tmp_path / "buf.h5")
+    spans = hdf5.chunk_spans(tmp_path / "buf.h5", "obs")
+    c, off, n = (int(v) for v in spans[3])
+    with hdf5.load(tmp_path / "buf.h5", cache=0, verify=verify) as store:
+        arr = store.arrays["obs"]
+        for _ in range(2):  # read (and verified) already, twice
+            assert np.array_equal(arr[[24, 30, 0]], want[[24, 30, 0]])
+        assert np.array_equal(np.asarray(arr), want)  # every chunk checked: batches skip the lookup
+        assert arr.tier.info()["verified_chunks"] == 8
+        original = (tmp_path / "buf.h5").read_bytes()[off:off + n]
+        rewrite_in_place(tmp_path / "buf.h5", off + n // 2, bytes([original[n // 2] ^ 0x40]))
+        store._file.check_unchanged()  # size and mtime say nothing happened
+        for _ in range(2):
+            with pytest.raises(CorruptChunkError, match=rf"obs: chunk {c} in .*buf.h5 is corrupt") as e:
+                arr[[24, 0]]
+            assert (e.value.array, e.value.chunk) == ("obs", c)
+        assert np.array_equal(arr[[0, 63]], want[[0, 63]])  # the other chunks still read
+        rewrite_in_place(tmp_path / "buf.h5", off, original)  # put back: reads again
+        assert np.array_equal(arr[[24, 30]], want[[24, 30]])
+
+
+def test_verify_always_does_not_rely_on_the_ctime(tmp_path, monkeypatch):
+    """A filesystem whose ctime does not move: the default misses the rewrite, "always" does not."""
+    from chunkstore.hdf5.filetier import MappedFile
+
+    monkeypatch.setattr(MappedFile, "_ctime_moved", lambda self, st: None)
+    want = small_store(tmp_path / "buf.h5")
+    c, off, _n = (int(v) for v in hdf5.chunk_spans(tmp_path / "buf.h5", "obs")[1])
+    with hdf5.load(tmp_path / "buf.h5", cache=0) as default, \
+            hdf5.load(tmp_path / "buf.h5", cache=0, verify="always") as always:
+        for store in (default, always):
+            assert np.array_equal(store.arrays["obs"][[8, 9]], want[[8, 9]])
+        byte = (tmp_path / "buf.h5").read_bytes()[off]
+        rewrite_in_place(tmp_path / "buf.h5", off, bytes([byte ^ 0xFF]))
+        with pytest.raises(CorruptChunkError, match=rf"obs: chunk {c} in "):
+            always.arrays["obs"][[8, 9]]
+        try:  # what the default gives without a ctime: wrong bytes or a decode error
+            got = default.arrays["obs"][[8, 9]]
+        except CorruptChunkError:
+            pass
+        else:
+            assert not np.array_equal(got, want[[8, 9]])
+
+
+def test_a_ctime_change_without_a_rewrite_only_checks_the_chunks_again(tmp_path):
+    want = small_store(tmp_path / "buf.h5")
+    with hdf5.load(tmp_path / "buf.h5", cache=0) as store:
+        arr = store.arrays["obs"]
+        assert np.array_equal(np.asarray(arr), want)
+        assert arr.tier.info()["verified_chunks"] == 8
+        os.chmod(tmp_path / "buf.h5", 0o600)  # moves the ctime, not the bytes
+        small_store(tmp_path / "new.h5", fill=2)
+        os.replace(tmp_path / "new.h5", tmp_path / "buf.h5")  # unlinks the loaded inode: ctime again
+        assert np.array_equal(arr[[0, 20]], want[[0, 20]])
+        assert arr.tier.info()["verified_chunks"] == 2  # forgotten, and checked again as read
+        assert np.array_equal(np.asarray(arr), want)
+
+
+def test_saving_a_lazy_store_never_launders_a_chunk_rewritten_in_place(tmp_path):
+    small_store(tmp_path / "buf.h5")
+    c, off, _n = (int(v) for v in hdf5.chunk_spans(tmp_path / "buf.h5", "obs")[5])
+    with hdf5.load(tmp_path / "buf.h5", cache=0) as store:
+        np.asarray(store.arrays["obs"])  # every chunk read once
+        byte = (tmp_path / "buf.h5").read_bytes()[off]
+        rewrite_in_place(tmp_path / "buf.h5", off, bytes([byte ^ 1]))
+        with pytest.raises(CorruptChunkError, match=rf"obs: chunk {c} in "):
+            hdf5.save(tmp_path / "copy.h5", store.arrays, progress=False)
+        with pytest.raises(CorruptChunkError, match=rf"obs: chunk {c} in "):
+            hdf5.save(tmp_path / "copy.h5", {"obs": store.arrays["obs"].snapshot()}, progress=False)
+    assert not (tmp_path / "copy.h5").exists()
 
 
 # -- files that are not regular files ------------------------------------------------------------
