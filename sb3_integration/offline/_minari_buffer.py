@@ -63,7 +63,7 @@ def fill_replay_buffer(store: Any, buffer_size: int | None, n_stack: int, device
     subspaces = {k: obs_space.spaces[k] if is_dict else obs_space for k in keys}
     stacked = {k: n_stack > 1 and _is_image(s) for k, s in subspaces.items()}
     new_spaces = {k: _stacked_space(s, n_stack) if stacked[k] else s for k, s in subspaces.items()}
-    space = spaces.Dict(new_spaces)  # type: ignore[arg-type] if is_dict else new_spaces[None]
+    space = spaces.Dict(new_spaces) if is_dict else new_spaces[None]  # type: ignore[arg-type]
     size = store.total_steps if buffer_size is None else int(buffer_size)
     cls = CompressedDictReplayBuffer if is_dict else CompressedReplayBuffer
     buf = cls(max(1, size), space, store.action_space, device=device, **kwargs)
