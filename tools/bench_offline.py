@@ -1,0 +1,166 @@
+"""Import a DQN Replay Dataset-layout run and sample it: rate, bytes, RSS, lazy load, sample time.
+
+    python tools/bench_offline.py --out results/bench_offline.json
+
+1. Real Pong frames (ale-py through SB3's AtariWrapper, uniformly random policy), cycled into one
+   dopamine checkpoint of ``--capacity`` transitions written exactly as dopamine writes them
+   (``tools/dopamine_ckpt.py``; gzip level 1 here, dopamine uses 9: same format); the same files
+   stand in for ``--copies`` checkpoints (hard links under other suffixes).
+2. ``import_dqn_replay`` in a fresh process: transitions/s, its peak RSS, file bytes per transition.
+3. In a fresh process: lazy load time, then sample(32) / sample(256) from the lazily loaded file
+   against the same buffer loaded into RAM (interleaved blocks, median of per-block ratios), and
+   that process's peak RSS.
+TorchRL's ``AtariDQNExperienceReplay`` keeps every checkpoint as uncompressed memory-mapped tensors:
+its bytes per transition are *computed* from the dataset's element sizes (one frame + action +
+reward + terminal), a lower bound of its layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def phase_make(args: argparse.Namespace) -> dict:
+    from dopamine_ckpt import collect_run, write_checkpoints
+
+    t0 = time.perf_counter()
+    run = collect_run("Pong", args.steps, seed=0)
+    collect_s = time.perf_counter() - t0
+    src = Path(args.work) / "replay_logs"
+    t0 = time.perf_counter()
+    write_checkpoints(run, src, args.capacity, every=args.capacity, steps=args.capacity)
+    for k in range(1, args.copies):  # the same files stand in for more checkpoints
+        for f in list(src.glob("*_ckpt.0.gz")):
+            os.link(f, src / f.name.replace("_ckpt.0.gz", f"_ckpt.{k}.gz"))
+    obs_gz = (src / "$store$_observation_ckpt.0.gz").stat().st_size
+    return {"collect_s": collect_s, "write_s": time.perf_counter() - t0, "observation_gz_bytes": obs_gz}
+
+
+def phase_import(args: argparse.Namespace) -> dict:
+    from sb3_integration.offline import import_dqn_replay
+
+    out = Path(args.work) / "run.h5"
+    t0 = time.perf_counter()
+    import_dqn_replay(Path(args.work), out, progress=False)
+    s = time.perf_counter() - t0
+    return {"import_s": s, "file_bytes": out.stat().st_size, "import_peak_rss_mb": _peak_rss_mb()}
+
+
+def phase_sample(args: argparse.Namespace) -> dict:
+    from sb3_integration.offline import DQNReplayBuffer
+
+    out = Path(args.work) / "run.h5"
+    t0 = time.perf_counter()
+    lazy = DQNReplayBuffer.load(out, lazy=True, device="cpu")
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    eager = DQNReplayBuffer.load(out, lazy=False, device="cpu")
+    eager_s = time.perf_counter() - t0
+    res: dict = {"lazy_load_s": load_s, "load_into_ram_s": eager_s, "positions": lazy.n_positions,
+                 "valid": lazy.size()}
+    np.random.seed(0)  # noqa: NPY002
+    for batch in (32, 256):
+        for b in (lazy, eager):
+            for _ in range(5):
+                b.sample(batch)  # warm-up
+        ratios, t_lazy, t_eager = [], [], []
+        for _ in range(args.blocks):
+            times = []
+            for b in (lazy, eager):
+                t0 = time.perf_counter()
+                for _ in range(args.reps):
+                    b.sample(batch)
+                times.append((time.perf_counter() - t0) / args.reps)
+            t_lazy.append(times[0])
+            t_eager.append(times[1])
+            ratios.append(times[0] / times[1])
+        res[f"sample{batch}_lazy_ms"] = 1e3 * float(np.median(t_lazy))
+        res[f"sample{batch}_ram_ms"] = 1e3 * float(np.median(t_eager))
+        res[f"sample{batch}_lazy_over_ram"] = float(np.median(ratios))
+    lazy.close()
+    eager.close()
+    res["sample_process_peak_rss_mb"] = _peak_rss_mb()
+    return res
+
+
+def _child(phase: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--phase", phase, "--work", args.work, "--capacity", str(args.capacity),
+           "--copies", str(args.copies), "--steps", str(args.steps), "--blocks", str(args.blocks),
+           "--reps", str(args.reps)]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--capacity", type=int, default=250_000, help="transitions per checkpoint")
+    ap.add_argument("--copies", type=int, default=4, help="checkpoints (copies of the one written)")
+    ap.add_argument("--steps", type=int, default=20_000, help="real Pong steps collected (then cycled)")
+    ap.add_argument("--blocks", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--phase", default=None)
+    ap.add_argument("--out", default="results/bench_offline.json")
+    args = ap.parse_args()
+    if args.phase:
+        print(json.dumps({"make": phase_make, "import": phase_import, "sample": phase_sample}[args.phase](args)))
+        return
+    tmp = None
+    if args.work is None:
+        tmp = args.work = tempfile.mkdtemp(prefix="bench_offline_")
+    try:
+        res = {"game": "Pong", "policy": "uniformly random", "capacity": args.capacity, "checkpoints": args.copies,
+               "transitions": args.capacity * args.copies, "real_steps_cycled": args.steps}
+        res.update(_child("make", args))
+        res.update(_child("import", args))
+        res.update(_child("sample", args))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    n = res["transitions"]
+    res["import_transitions_per_s"] = n / res["import_s"]
+    res["file_bytes_per_transition"] = res["file_bytes"] / n
+    res["torchrl_memmap_bytes_per_transition_computed"] = 84 * 84 + 4 + 4 + 1
+    res["torchrl_over_ours_bytes_computed"] = res["torchrl_memmap_bytes_per_transition_computed"] / res[
+        "file_bytes_per_transition"]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=2))
+    rows = [
+        ("transitions imported", f"{n:,} ({args.copies} checkpoints of {args.capacity:,}; one file set)"),
+        ("import rate", f"{res['import_transitions_per_s']:,.0f} transitions/s"),
+        ("import peak RSS", f"{res['import_peak_rss_mb']:,.0f} MB"),
+        ("file bytes per transition", f"{res['file_bytes_per_transition']:.0f}"),
+        ("dataset's gzip'd observation file bytes per transition",
+         f"{res['observation_gz_bytes'] / args.capacity:.0f}"),
+        ("TorchRL memmap bytes per transition (computed)", f"{res['torchrl_memmap_bytes_per_transition_computed']:,}"),
+        ("lazy load", f"{res['lazy_load_s']:.2f} s"),
+        ("sample(32) lazy / in RAM", f"{res['sample32_lazy_over_ram']:.2f} ({res['sample32_lazy_ms']:.2f} ms)"),
+        ("sample(256) lazy / in RAM", f"{res['sample256_lazy_over_ram']:.2f} ({res['sample256_lazy_ms']:.2f} ms)"),
+        ("peak RSS, sampling process (both buffers)", f"{res['sample_process_peak_rss_mb']:,.0f} MB"),
+    ]
+    print("| measure | value |\n|---|---|")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+
+
+if __name__ == "__main__":
+    main()
