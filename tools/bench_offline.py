@@ -2,7 +2,7 @@
 
     python tools/bench_offline.py --out results/bench_offline.json
 
-1. Real Pong frames (ale-py through SB3's AtariWrapper, uniformly random policy), cycled into one
+1. Real Atari frames (``--game``, default Pong) (ale-py through SB3's AtariWrapper, uniformly random policy), cycled into one
    dopamine checkpoint of ``--capacity`` transitions written exactly as dopamine writes them
    (``tools/dopamine_ckpt.py``; gzip level 1 here, dopamine uses 9: same format); the same files
    stand in for ``--copies`` checkpoints (hard links under other suffixes).
@@ -42,7 +42,7 @@ def phase_make(args: argparse.Namespace) -> dict:
     from dopamine_ckpt import collect_run, write_checkpoints
 
     t0 = time.perf_counter()
-    run = collect_run("Pong", args.steps, seed=0)
+    run = collect_run(args.game, args.steps, seed=0)
     collect_s = time.perf_counter() - t0
     src = Path(args.work) / "replay_logs"
     t0 = time.perf_counter()
@@ -104,7 +104,7 @@ def phase_sample(args: argparse.Namespace) -> dict:
 def _child(phase: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--phase", phase, "--work", args.work, "--capacity", str(args.capacity),
            "--copies", str(args.copies), "--steps", str(args.steps), "--blocks", str(args.blocks),
-           "--reps", str(args.reps)]
+           "--reps", str(args.reps), "--game", args.game]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -114,7 +114,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--capacity", type=int, default=250_000, help="transitions per checkpoint")
     ap.add_argument("--copies", type=int, default=4, help="checkpoints (copies of the one written)")
-    ap.add_argument("--steps", type=int, default=20_000, help="real Pong steps collected (then cycled)")
+    ap.add_argument("--game", default="Pong")
+    ap.add_argument("--steps", type=int, default=20_000, help="real steps collected (then cycled)")
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--work", default=None)
@@ -128,7 +129,7 @@ def main() -> None:
     if args.work is None:
         tmp = args.work = tempfile.mkdtemp(prefix="bench_offline_")
     try:
-        res = {"game": "Pong", "policy": "uniformly random", "capacity": args.capacity, "checkpoints": args.copies,
+        res = {"game": args.game, "policy": "uniformly random", "capacity": args.capacity, "checkpoints": args.copies,
                "transitions": args.capacity * args.copies, "real_steps_cycled": args.steps}
         res.update(_child("make", args))
         res.update(_child("import", args))

@@ -64,7 +64,8 @@ def fill_replay_buffer(store: Any, buffer_size: int | None, n_stack: int, device
     stacked = {k: n_stack > 1 and _is_image(s) for k, s in subspaces.items()}
     new_spaces = {k: _stacked_space(s, n_stack) if stacked[k] else s for k, s in subspaces.items()}
     space = spaces.Dict(new_spaces) if is_dict else new_spaces[None]  # type: ignore[arg-type]
-    size = store.total_steps if buffer_size is None else int(buffer_size)
+    # one more than the steps: a full buffer cannot tell whether its oldest episode was cut
+    size = store.total_steps + 1 if buffer_size is None else int(buffer_size)
     cls = CompressedDictReplayBuffer if is_dict else CompressedReplayBuffer
     buf = cls(max(1, size), space, store.action_space, device=device, **kwargs)
     for ep in store.iterate_episodes():

@@ -10,7 +10,8 @@ other leaves chunks of 1024 rows with ``zstd3``. It saves to, and lazily loads f
 chunkstore HDF5 file; :meth:`MinariStore.to_minari` writes a Minari dataset that
 ``minari.load_dataset`` / ``iterate_episodes`` read back identically (raw arrays, no JPEG);
 :meth:`MinariStore.to_replay_buffer` fills an SB3 replay buffer of this project, stacking
-image observations as asked. Needs the ``offline`` extra (``minari[create,hdf5]``).
+image observations as asked; :func:`replay_buffer_to_minari` writes a replay buffer's finished
+episodes as a Minari dataset. Needs the ``offline`` extra (``minari[create,hdf5]``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from gymnasium import spaces
 from chunkstore import ChunkedArray
 from chunkstore.hdf5 import load as load_store
 from chunkstore.hdf5 import save as save_store
+from sb3_integration.offline._minari_export import replay_buffer_episodes, replay_buffer_to_minari
 
-__all__ = ["MinariStore", "import_minari"]
+__all__ = ["MinariStore", "import_minari", "replay_buffer_episodes", "replay_buffer_to_minari"]
 
 FILE_KIND = "minari_episodes"
 #: items of at least this many bytes are images: small chunks, a trained dictionary
@@ -225,7 +227,8 @@ class MinariStore:
         Dict observation space), episode after episode, as SB3's off-policy algorithms add them:
         ``done`` = termination, a truncation is ``TimeLimit.truncated``. ``n_stack > 1`` stacks
         each image leaf's last ``n_stack`` frames (zeros before an episode's first, as
-        ``VecFrameStack``; on the last axis for channel-last images, else the first)."""
+        ``VecFrameStack``; on the last axis for channel-last images, else the first).
+        ``buffer_size`` defaults to one more than the steps (the buffer does not wrap)."""
         from sb3_integration.offline._minari_buffer import fill_replay_buffer
 
         return fill_replay_buffer(self, buffer_size, n_stack, device, buffer_kwargs)

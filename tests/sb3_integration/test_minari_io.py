@@ -162,3 +162,57 @@ def test_replay_buffer_dict(tmp_path):
     assert np.array_equal(buf.next_observations["pos"][0, 0], first.observations["pos"][1])
     with pytest.raises(ValueError, match="n_stack"):
         import_minari(ds).to_replay_buffer(n_stack=0)
+
+
+# -- a replay buffer out to Minari ----------------------------------------------------------------
+def _fill_sb3(ds, buffer_size):
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    buf = ReplayBuffer(buffer_size, ds.observation_space, ds.action_space, device="cpu")
+    for ep in ds.iterate_episodes():
+        for t in range(len(ep.rewards)):
+            term, trunc = bool(ep.terminations[t]), bool(ep.truncations[t])
+            buf.add(ep.observations[t:t + 1], ep.observations[t + 1:t + 2], ep.actions[t:t + 1],
+                    ep.rewards[t:t + 1], np.array([term or trunc]), [{"TimeLimit.truncated": trunc and not term}])
+    return buf
+
+
+def _assert_episodes_equal_values(expected, got):
+    exp, out = list(expected), list(got)
+    assert len(exp) == len(out) > 0
+    for a, b in zip(exp, out, strict=True):
+        assert_same_value(a.observations, b.observations, "observations")
+        assert_same_value(a.actions, b.actions, "actions")
+        assert np.array_equal(a.rewards.astype(np.float32), b.rewards)
+        assert_same_value(a.terminations, b.terminations, "terminations")
+        assert_same_value(a.truncations, b.truncations, "truncations")
+
+
+@pytest.mark.parametrize("kind", ["ours", "sb3", "dict"])
+def test_replay_buffer_to_minari(kind):
+    from sb3_integration.offline.minari_io import replay_buffer_to_minari
+
+    env = DictEnv() if kind == "dict" else gym.make("CartPole-v1", max_episode_steps=30)
+    ds = _dataset(f"rb-{kind}", env, 6)
+    store = import_minari(ds)
+    buf = _fill_sb3(ds, ds.total_steps + 1) if kind == "sb3" else store.to_replay_buffer(device="cpu")
+    replay_buffer_to_minari(buf, f"test/rb-{kind}-out-v0")
+    back = minari.load_dataset(f"test/rb-{kind}-out-v0")
+    _assert_episodes_equal_values(ds.iterate_episodes(), back.iterate_episodes())
+
+
+def test_wrapped_buffer_exports_whole_episodes_only():
+    from sb3_integration.offline.minari_io import replay_buffer_episodes
+
+    ds = _dataset("rb-wrap", gym.make("CartPole-v1", max_episode_steps=30), 8)
+    lengths = [len(ep.rewards) for ep in ds.iterate_episodes()]
+    size = sum(lengths[-3:]) + lengths[-4] // 2  # the oldest kept episode is cut
+    buf = import_minari(ds).to_replay_buffer(buffer_size=size, device="cpu")
+    got = list(replay_buffer_episodes(buf))
+    want = list(ds.iterate_episodes())[-3:]
+    assert len(got) == 3
+    for a, b in zip(want, got, strict=True):
+        assert np.array_equal(a.observations, b["observations"])
+        assert np.array_equal(a.actions, b["actions"])
+    with pytest.raises(ValueError, match="env_index"):
+        next(replay_buffer_episodes(buf, env_index=1))
