@@ -52,8 +52,8 @@ def replay_buffer_episodes(buffer: Any, env_index: int = 0) -> Iterator[dict[str
         idx = order[lo:hi]
         last = np.array([(idx[-1] + 1) % size if optimized else idx[-1]])
         obs = {key: np.concatenate([_read(a, idx, env_index), _read(next_leaves[key], last, env_index)])
-               .reshape((len(idx) + 1, *_space(buffer, key).shape)) for key, a in obs_leaves.items()}
-        actions = _read(buffer.actions, idx, env_index).reshape((len(idx), *act_space.shape))
+               .reshape((len(idx) + 1, *(_space(buffer, key).shape or ()))) for key, a in obs_leaves.items()}
+        actions = _read(buffer.actions, idx, env_index).reshape((len(idx), *(act_space.shape or ())))
         if isinstance(act_space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
             actions = actions.astype(act_space.dtype)
         yield {
