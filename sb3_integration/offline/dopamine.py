@@ -123,6 +123,8 @@ class Checkpoint:
         inv = read_small_npy(paths["invalid_range"])
         if inv.ndim != 1 or inv.dtype.kind not in "iuf" or not np.all(np.isfinite(inv)):
             raise CheckpointError(paths["invalid_range"], f"not a list of indices: {inv!r}")
+        if int(add_count) == 0:
+            raise CheckpointError(paths["add_count"], "add_count is 0: the checkpoint holds no transitions")
         ends_path = checkpoint_path(d, "episode_end_indices", suffix)
         ends = read_pickled_int_set(ends_path) if os.path.exists(ends_path) else np.zeros(0, np.int64)
         if len(ends) and (ends.min() < 0 or ends.max() >= capacity):

@@ -142,8 +142,8 @@ class DQNReplayBuffer:
         ``action``, ``reward`` (the discounted n-step sum), ``next_action``,
         ``next_reward``, ``terminal``, ``indices`` (dopamine's position in its checkpoint,
         int32), plus ``checkpoint`` (the checkpoint's suffix) and ``length`` (the n-step
-        window's length). Indices dopamine would not sample raise ``ValueError`` unless
-        ``check_valid=False`` (then the result is what dopamine computes for them).
+        window's length). Indices dopamine would not sample raise ``ValueError``
+        (``check_valid=False`` skips the check, for indices known valid: the samplers').
         """
         g = np.asarray(indices, dtype=np.int64).reshape(-1)
         k, p = self.locate(g)

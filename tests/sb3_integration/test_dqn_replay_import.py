@@ -141,10 +141,11 @@ def _compare_all(path, directory, suffixes, stack, n, gamma):
         return buf.n_positions
 
 
-@pytest.mark.parametrize("n, episode_ends", [(1, False), (3, True)])
-def test_import_matches_dopamine_bit_for_bit(tmp_path, breakout_run, n, episode_ends):
+# (sampling n, the n the checkpoints were recorded with: it shaped their saved invalid_range)
+@pytest.mark.parametrize("n, written_n, episode_ends", [(1, 1, False), (3, 3, True), (3, 1, False), (1, 3, True)])
+def test_import_matches_dopamine_bit_for_bit(tmp_path, breakout_run, n, written_n, episode_ends):
     src = tmp_path / "replay_logs"
-    suffixes = _write(breakout_run, src, update_horizon=n, save_episode_ends=episode_ends)
+    suffixes = _write(breakout_run, src, update_horizon=written_n, save_episode_ends=episode_ends)
     assert len(suffixes) == 5  # 2400 steps + padding, a checkpoint every 500: the last one wrapped too
     out = import_dqn_replay(tmp_path, tmp_path / "run.h5", update_horizon=n, gamma=0.9, progress=False)
     assert not os.path.exists(str(out) + ".parts")
@@ -224,7 +225,7 @@ def test_truncated_observation_file_named(tmp_path, breakout_run):
     assert not os.path.exists(tmp_path / "x.h5")
 
 
-@pytest.mark.parametrize("damage", ["flip", "missing", "not_gzip", "bad_header", "pickle"])
+@pytest.mark.parametrize("damage", ["flip", "missing", "not_gzip", "bad_header", "pickle", "empty"])
 def test_damaged_files_named(tmp_path, breakout_run, damage):
     src, suffixes = _ckpt_dir(tmp_path, breakout_run)
     s = suffixes[1]
@@ -243,6 +244,10 @@ def test_damaged_files_named(tmp_path, breakout_run, damage):
         victim = src / f"$store$_reward_ckpt.{s}.gz"
         with gzip.open(victim, "wb") as f:
             f.write(b"\x93NUMPY garbage")
+    elif damage == "empty":  # add_count 0: nothing was ever added
+        victim = src / f"add_count_ckpt.{s}.gz"
+        with gzip.open(victim, "wb") as f:
+            np.save(f, np.array(0))
     else:  # an episode_end_indices file that would run code if unpickled freely
         victim = src / f"episode_end_indices_ckpt.{s}.gz"
         with gzip.open(victim, "wb") as f:
