@@ -7,7 +7,8 @@
    (``tools/dopamine_ckpt.py``; gzip level 1 here, dopamine uses 9: same format); the same files
    stand in for ``--copies`` checkpoints (hard links under other suffixes).
 2. ``import_dqn_replay`` in a fresh process: transitions/s, its peak RSS, file bytes per transition.
-3. In a fresh process: lazy load time, then sample(32) / sample(256) from the lazily loaded file
+3. In a fresh process: lazy load time, RSS after ``--lazy-samples`` sample(256) calls from the lazily
+   loaded file alone, then sample(32) / sample(256) from the lazily loaded file
    against the same buffer loaded into RAM (interleaved blocks, median of per-block ratios), and
    that process's peak RSS.
 TorchRL's ``AtariDQNExperienceReplay`` keeps every checkpoint as uncompressed memory-mapped tensors:
@@ -65,17 +66,30 @@ def phase_import(args: argparse.Namespace) -> dict:
 
 
 def phase_sample(args: argparse.Namespace) -> dict:
+    import psutil
+
     from sb3_integration.offline import DQNReplayBuffer
 
     out = Path(args.work) / "run.h5"
     t0 = time.perf_counter()
     lazy = DQNReplayBuffer.load(out, lazy=True, device="cpu")
     load_s = time.perf_counter() - t0
+    proc = psutil.Process()
+    rss_loaded = proc.memory_info().rss / 2**20
+    np.random.seed(1)  # noqa: NPY002
+    for _ in range(20):  # warm-up: the native kernels load (~110 MB), torch's first tensors
+        lazy.sample(256)
+    rss_warm = proc.memory_info().rss / 2**20
+    for _ in range(args.lazy_samples):  # random reads all over the file: RSS must not grow with them
+        lazy.sample(256)
+    lazy_only = {"lazy_rss_mb_after_load": rss_loaded, "lazy_rss_mb_after_warmup": rss_warm,
+                 "lazy_rss_mb_after_samples": proc.memory_info().rss / 2**20,
+                 "lazy_samples_256": args.lazy_samples, "lazy_only_peak_rss_mb": _peak_rss_mb()}
     t0 = time.perf_counter()
     eager = DQNReplayBuffer.load(out, lazy=False, device="cpu")
     eager_s = time.perf_counter() - t0
     res: dict = {"lazy_load_s": load_s, "load_into_ram_s": eager_s, "positions": lazy.n_positions,
-                 "valid": lazy.size()}
+                 "valid": lazy.size(), **lazy_only}
     np.random.seed(0)  # noqa: NPY002
     for batch in (32, 256):
         for b in (lazy, eager):
@@ -104,7 +118,7 @@ def phase_sample(args: argparse.Namespace) -> dict:
 def _child(phase: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--phase", phase, "--work", args.work, "--capacity", str(args.capacity),
            "--copies", str(args.copies), "--steps", str(args.steps), "--blocks", str(args.blocks),
-           "--reps", str(args.reps), "--game", args.game]
+           "--reps", str(args.reps), "--game", args.game, "--lazy-samples", str(args.lazy_samples)]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -118,6 +132,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20_000, help="real steps collected (then cycled)")
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--lazy-samples", type=int, default=500, help="sample(256) calls before RSS is read")
     ap.add_argument("--work", default=None)
     ap.add_argument("--phase", default=None)
     ap.add_argument("--out", default="results/bench_offline.json")
@@ -156,6 +171,11 @@ def main() -> None:
         ("lazy load", f"{res['lazy_load_s']:.2f} s"),
         ("sample(32) lazy / in RAM", f"{res['sample32_lazy_over_ram']:.2f} ({res['sample32_lazy_ms']:.2f} ms)"),
         ("sample(256) lazy / in RAM", f"{res['sample256_lazy_over_ram']:.2f} ({res['sample256_lazy_ms']:.2f} ms)"),
+        ("RSS lazily loaded: after load / after 20 warm-up sample(256) / after more calls",
+         f"{res['lazy_rss_mb_after_load']:,.0f} / {res['lazy_rss_mb_after_warmup']:,.0f} / "
+         f"{res['lazy_rss_mb_after_samples']:,.0f} MB ({args.lazy_samples} more calls)"),
+        ("peak RSS, lazily loaded process before the in-RAM copy", f"{res['lazy_only_peak_rss_mb']:,.0f} MB"),
+        ("load into RAM", f"{res['load_into_ram_s']:.2f} s"),
         ("peak RSS, sampling process (both buffers)", f"{res['sample_process_peak_rss_mb']:,.0f} MB"),
     ]
     print("| measure | value |\n|---|---|")

@@ -241,6 +241,7 @@ def _join(parts: str, ckpts: list[Checkpoint], out: str, codec: Codec, *, stack_
             for st in stores:
                 fr = st.arrays["frames"]
                 yield from fr.iter_chunk_bytes(fr.stored_chunks())
+                st.close()  # its mapping goes with the last view: RSS holds one part's pages, not all
 
         source = ChunkSource(base, first.item_shape, first.dtype, chunk_len, codec,
                              np.concatenate(chunks), np.concatenate(nbytes), blobs)
