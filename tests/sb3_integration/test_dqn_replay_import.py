@@ -320,3 +320,27 @@ def _empty(tmp_path):
     d = tmp_path / "empty"
     d.mkdir()
     return d
+
+
+def test_sb3_dqn_trains_offline_from_it(tmp_path, breakout_run, one_torch_thread):
+    import gymnasium as gym
+    from gymnasium import spaces
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.logger import configure
+
+    src = tmp_path / "logs"
+    _write(breakout_run, src, update_horizon=3)
+    out = import_dqn_replay(src, tmp_path / "t.h5", update_horizon=3, progress=False)
+    buf = DQNReplayBuffer.load(out, device="cpu")
+
+    class Spaces(gym.Env):  # only the spaces: nothing is collected
+        observation_space = buf.observation_space
+        action_space = spaces.Discrete(buf.action_space.n)
+
+    model = DQN("CnnPolicy", Spaces(), buffer_size=1, learning_starts=0, batch_size=32, seed=0, device="cpu")
+    model.set_logger(configure(None, []))
+    model.replay_buffer = buf
+    before = [p.detach().clone() for p in model.q_net.parameters()]
+    model.train(gradient_steps=3, batch_size=32)
+    assert any(not th.equal(a, b) for a, b in zip(before, model.q_net.parameters(), strict=True))
+    buf.close()
