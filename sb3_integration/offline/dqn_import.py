@@ -5,8 +5,10 @@ whole 7 GB array), frames written straight into compressed chunks (``ChunkedArra
 encodes each whole chunk from the block, no per-row Python). Each finished checkpoint is
 saved atomically as a part file under ``<out>.parts/``; an interrupted import run again
 with the same arguments keeps the parts it finds and continues at the next checkpoint.
-The parts are then joined into ``out`` with their chunks copied verbatim (every part
-uses one codec, trained once on the first checkpoint's first frames), and removed.
+The parts are then joined into ``out`` with their chunks copied verbatim, read straight
+from the part files (every part uses one codec, trained once on the first checkpoint's
+first frames; a part left by an earlier run is verified once, every chunk's CRC32 and
+decoding, before it is used), and removed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tqdm import tqdm
 
 from chunkstore import ChunkedArray
 from chunkstore.codecs import Codec, TrainableCodec, get_codec
+from chunkstore.hdf5 import chunk_spans, verify
 from chunkstore.hdf5 import load as load_store
 from chunkstore.hdf5 import save as save_store
 from chunkstore.hdf5.source import ChunkSource
@@ -140,6 +143,10 @@ def _check_manifest(parts: str, options: dict[str, Any]) -> None:
 
 
 def _existing_codec(part: str, shared: Codec | None) -> Codec:
+    """A part left by an earlier run: every chunk checked once (the join copies bytes raw)."""
+    problems = verify(part)
+    if problems:
+        raise ValueError(f"out: part {part} is damaged ({problems[0]}); remove it and import again")
     with load_store(part, lazy=True) as store:
         found = store.arrays["frames"].codec
     if shared is not None and found != shared:
@@ -215,51 +222,67 @@ def _pad(a: np.ndarray, n: int) -> np.ndarray:
 
 
 # -- joining -----------------------------------------------------------------------
+def _part_blobs(path: str, spans: np.ndarray) -> Iterator[bytes]:
+    """The stored chunks' bytes of a part, read straight from the file (``chunk_spans``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for off, n in spans[:, 1:].tolist():
+            blob = os.pread(fd, n, off)
+            if len(blob) != n:
+                raise ValueError(f"out: part {path} is shorter than its chunk table says; remove it "
+                                 "and import again")
+            yield blob
+    finally:
+        os.close(fd)
+
+
 def _join(parts: str, ckpts: list[Checkpoint], out: str, codec: Codec, *, stack_size: int,
           update_horizon: int, gamma: float, chunk_len: int, progress: bool) -> None:
-    stores = [load_store(_part_path(parts, c.suffix), lazy=True) for c in ckpts]
-    try:
-        table: list[list[int]] = []
-        cols: dict[str, list[np.ndarray]] = {"actions": [], "rewards": [], "terminals": [], "valid": []}
-        chunks, nbytes = [], []
-        base = 0
-        for c, st in zip(ckpts, stores, strict=True):
+    """Every part's chunks into ``out`` verbatim (read with one ``pread`` each, not through a
+    lazily loaded array), their columns concatenated."""
+    table: list[list[int]] = []
+    cols: dict[str, list[np.ndarray]] = {"actions": [], "rewards": [], "terminals": [], "valid": []}
+    chunks, nbytes, spans_of = [], [], []
+    item_shape: tuple[int, ...] = ()
+    dtype = np.dtype(np.uint8)
+    base = 0
+    for c in ckpts:
+        path = _part_path(parts, c.suffix)
+        with load_store(path, lazy=True) as st:
             fr = st.arrays["frames"]
             if fr.codec != codec:
-                raise ValueError(f"out: part {st.path} uses another codec; remove {parts} and import again")
-            stored = fr.stored_chunks()
-            chunks.append(stored + base // chunk_len)
-            nbytes.append(fr.chunk_nbytes()[stored])
+                raise ValueError(f"out: part {path} uses another codec; remove {parts} and import again")
+            capacity, item_shape, dtype = fr.capacity, fr.item_shape, fr.dtype
             for key, name in (("actions", "action"), ("rewards", "reward"), ("terminals", "terminal")):
                 cols[key].append(st.extras[name])
             cols["valid"].append(st.extras["valid"])
-            table.append([c.suffix, base, c.rows, c.capacity, c.add_count, fr.capacity])
-            base += fr.capacity
-        first = stores[0].arrays["frames"]
+        spans = chunk_spans(path, "frames")
+        if np.any(spans[:, 1] < 0):
+            raise ValueError(f"out: part {path} lacks chunks; remove it and import again")
+        spans_of.append((path, spans))
+        chunks.append(spans[:, 0] + base // chunk_len)
+        nbytes.append(spans[:, 2])
+        table.append([c.suffix, base, c.rows, c.capacity, c.add_count, capacity])
+        base += capacity
 
-        def blobs() -> Iterator[Any]:
-            for st in stores:
-                fr = st.arrays["frames"]
-                yield from fr.iter_chunk_bytes(fr.stored_chunks())
-                st.close()  # its mapping goes with the last view: RSS holds one part's pages, not all
+    def blobs() -> Iterator[Any]:
+        for path, spans in spans_of:
+            yield from _part_blobs(path, spans)
 
-        source = ChunkSource(base, first.item_shape, first.dtype, chunk_len, codec,
-                             np.concatenate(chunks), np.concatenate(nbytes), blobs)
-        valid = np.concatenate(cols["valid"])
-        actions = np.concatenate(cols["actions"])
-        extras = {"actions": actions, "rewards": np.concatenate(cols["rewards"]),
-                  "terminals": np.concatenate(cols["terminals"]), "valid": np.packbits(valid),
-                  "checkpoints": np.array(table, np.int64).reshape(-1, len(CKPT_COLUMNS))}
-        attrs = {"kind": FILE_KIND, "version": FILE_VERSION, "stack_size": stack_size,
-                 "update_horizon": update_horizon, "gamma": gamma,
-                 "n_actions": int(actions.max()) + 1 if len(actions) else 1,
-                 "source": "dopamine OutOfGraphReplayBuffer checkpoints",
-                 "suffixes": [c.suffix for c in ckpts]}
-        note = ("frames: single observations in dopamine's position order, checkpoint after "
-                "checkpoint (table 'checkpoints': suffix, base, rows, capacity, add_count, "
-                "padded_rows); the stack at position p of a checkpoint is frames base + "
-                "(p - stack_size + 1 .. p) modulo its capacity.")
-        save_store(out, {"frames": source}, extras, attrs, progress=progress, reader_note=note)
-    finally:
-        for st in stores:
-            st.close()
+    source = ChunkSource(base, item_shape, dtype, chunk_len, codec, np.concatenate(chunks),
+                         np.concatenate(nbytes), blobs)
+    valid = np.concatenate(cols["valid"])
+    actions = np.concatenate(cols["actions"])
+    extras = {"actions": actions, "rewards": np.concatenate(cols["rewards"]),
+              "terminals": np.concatenate(cols["terminals"]), "valid": np.packbits(valid),
+              "checkpoints": np.array(table, np.int64).reshape(-1, len(CKPT_COLUMNS))}
+    attrs = {"kind": FILE_KIND, "version": FILE_VERSION, "stack_size": stack_size,
+             "update_horizon": update_horizon, "gamma": gamma,
+             "n_actions": int(actions.max()) + 1 if len(actions) else 1,
+             "source": "dopamine OutOfGraphReplayBuffer checkpoints",
+             "suffixes": [c.suffix for c in ckpts]}
+    note = ("frames: single observations in dopamine's position order, checkpoint after "
+            "checkpoint (table 'checkpoints': suffix, base, rows, capacity, add_count, "
+            "padded_rows); the stack at position p of a checkpoint is frames base + "
+            "(p - stack_size + 1 .. p) modulo its capacity.")
+    save_store(out, {"frames": source}, extras, attrs, progress=progress, reader_note=note)

@@ -344,3 +344,20 @@ def test_sb3_dqn_trains_offline_from_it(tmp_path, breakout_run, one_torch_thread
     model.train(gradient_steps=3, batch_size=32)
     assert any(not th.equal(a, b) for a, b in zip(before, model.q_net.parameters(), strict=True))
     buf.close()
+
+
+def test_damaged_part_from_earlier_run_refused(tmp_path, breakout_run):
+    from chunkstore.hdf5 import chunk_spans
+
+    src, suffixes = _ckpt_dir(tmp_path, breakout_run)
+    out = tmp_path / "p.h5"
+    import_dqn_replay(src, out, progress=False, keep_parts=True)
+    part = os.path.join(str(out) + ".parts", f"ckpt_{suffixes[1]}.h5")
+    offset = int(chunk_spans(part, "frames")[3, 1])
+    with open(part, "r+b") as f:  # one byte of one chunk
+        f.seek(offset + 5)
+        b = f.read(1)
+        f.seek(offset + 5)
+        f.write(bytes([b[0] ^ 0x40]))
+    with pytest.raises(ValueError, match=r"ckpt_1\.h5 is damaged"):
+        import_dqn_replay(src, out, progress=False)
