@@ -87,9 +87,12 @@ class DQNReplayBuffer:
     # -- opening ---------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, lazy: bool = True, device: th.device | str = "auto",
-             gamma: float | None = None, cache: Any = None) -> DQNReplayBuffer:
-        """Open an imported file (see the class text)."""
-        return cls(load_store(path, lazy=lazy, cache=cache), device=device, gamma=gamma)
+             gamma: float | None = None, cache: Any = None, verify: bool | None = None) -> DQNReplayBuffer:
+        """Open an imported file (see the class text); ``cache`` and ``verify`` as for
+        :func:`chunkstore.hdf5.load` (``verify=None``: each chunk's CRC32 checked on its first
+        read, through the file's mapping, so RSS grows with the chunks read once; ``False``: no
+        chunk checks, RSS stays flat)."""
+        return cls(load_store(path, lazy=lazy, cache=cache, verify=verify), device=device, gamma=gamma)
 
     def close(self) -> None:
         self.frames.close()
