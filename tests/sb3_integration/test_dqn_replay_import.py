@@ -361,3 +361,16 @@ def test_damaged_part_from_earlier_run_refused(tmp_path, breakout_run):
         f.write(bytes([b[0] ^ 0x40]))
     with pytest.raises(ValueError, match=r"ckpt_1\.h5 is damaged"):
         import_dqn_replay(src, out, progress=False)
+
+
+def test_tool_exit_codes(tmp_path, breakout_run, capsys):
+    import import_dqn_replay as tool
+
+    src, suffixes = _ckpt_dir(tmp_path, breakout_run)
+    assert tool.main([str(src), str(tmp_path / "ok.h5")]) == 0
+    assert "transitions dopamine samples" in capsys.readouterr().out
+    assert tool.main([str(src), str(tmp_path / "bad.h5"), "--stack-size", "0"]) == 2
+    victim = src / f"$store$_reward_ckpt.{suffixes[0]}.gz"
+    victim.write_bytes(victim.read_bytes()[:40])
+    assert tool.main([str(src), str(tmp_path / "bad.h5")]) == 1
+    assert str(victim) in capsys.readouterr().err
