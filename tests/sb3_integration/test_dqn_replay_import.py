@@ -156,9 +156,24 @@ def test_not_full_checkpoint_and_other_stack(tmp_path, breakout_run):
     # capacity above the steps: one checkpoint never full (rows past add_count are garbage)
     src = tmp_path / "logs"
     suffixes = _write(breakout_run, src, capacity=3000, every=1000, stack_size=3, save_episode_ends=True)
-    out = import_dqn_replay(src, tmp_path / "b.h5", stack_size=3, progress=False)
+    # chunk_len 7 divides neither the rows nor the read block: every checkpoint ends padded
+    out = import_dqn_replay(src, tmp_path / "b.h5", stack_size=3, chunk_len=7, codec="zstd3", progress=False)
     positions = _compare_all(out, src, suffixes, 3, 1, 0.99)
     assert positions < 3 * 3000  # only the written rows are stored
+    with DQNReplayBuffer.load(out) as buf:
+        assert buf.frames.chunk_len == 7 and buf.frames.codec.name.startswith("zstd")
+        assert np.all(buf.checkpoints["padded_rows"] % 7 == 0)
+
+
+def test_other_chunkstore_file_refused(tmp_path):
+    from chunkstore import ChunkedArray
+    from chunkstore.hdf5 import save
+
+    a = ChunkedArray(8, (), np.uint8, name="a")
+    a[:] = 1
+    save(tmp_path / "x.h5", {"a": a}, progress=False)
+    with pytest.raises(ValueError, match="not an imported DQN replay"):
+        DQNReplayBuffer.load(tmp_path / "x.h5")
 
 
 def test_sample_sb3_and_dopamine(tmp_path, breakout_run):
