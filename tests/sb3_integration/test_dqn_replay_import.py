@@ -152,7 +152,7 @@ def test_import_matches_dopamine_bit_for_bit(tmp_path, breakout_run, n, written_
     _compare_all(out, src, suffixes, 4, n, 0.9)
 
 
-@pytest.mark.parametrize("codec", ["zstd3", "none"])  # "none" hands back views of the reused block
+@pytest.mark.parametrize("codec", ["zstd3", "none"])  # "none": raw chunks, no compression
 def test_not_full_checkpoint_and_other_stack(tmp_path, breakout_run, codec):
     # capacity above the steps: one checkpoint never full (rows past add_count are garbage)
     src = tmp_path / "logs"
