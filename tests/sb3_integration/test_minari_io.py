@@ -4,8 +4,6 @@ episode identical; into a replay buffer with image observations stacked."""
 
 from __future__ import annotations
 
-import warnings
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -16,11 +14,13 @@ from minari import DataCollector  # noqa: E402
 
 from sb3_integration.offline.minari_io import MinariStore, import_minari  # noqa: E402
 
+# Minari warns about metadata a test dataset leaves out (author, code_permalink, ...)
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
 
 @pytest.fixture(autouse=True)
 def minari_path(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    warnings.filterwarnings("ignore", module="minari")
 
 
 class DictEnv(gym.Env):
