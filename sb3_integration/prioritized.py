@@ -152,6 +152,11 @@ class PrioritizedReplayMixin:
             return (m > 0).astype(np.float64)
         return m ** (1.0 / self._alpha)
 
+    @property
+    def nbytes_held(self) -> int:
+        """The buffer's storage (see the uniform buffer's) and the priority index's arrays."""
+        return super().nbytes_held + self._priorities.nbytes  # type: ignore[misc,no-any-return]
+
     # -- writing ----------------------------------------------------------------------------
     def _advance(self, pos: int) -> None:
         """Row ``pos`` is written: its transitions get the largest priority (one index step), then pos moves."""

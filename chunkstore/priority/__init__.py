@@ -122,12 +122,15 @@ class PriorityIndex:
         """The generations of ``slots`` (they move on at each :meth:`set`)."""
         return self._gens[self._slots(slots)].copy()
 
-    def sample(self, k: int, rng: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``k`` slots in proportion to their mass, stratified: ``(slots, masses, generations)``.
+    def sample(self, k: int, rng: Any = None, *, stratified: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``k`` slots in proportion to their mass: ``(slots, masses, generations)``.
 
-        ``slots`` int64, ``masses`` fp64 (the values held), ``generations`` (pass them to
-        :meth:`update`). ``rng``: a numpy ``Generator`` or ``RandomState`` (default: the global
-        ``numpy.random``), which draws ``k`` uniforms in ``[0, 1)``. ValueError when no slot has mass.
+        Stratified (the default): the total is split into ``k`` equal segments and one slot is
+        drawn in each, so the ``k`` slots come in index order; ``stratified=False``: ``k``
+        independent draws. ``slots`` int64, ``masses`` fp64 (the values held), ``generations``
+        (pass them to :meth:`update`). ``rng``: a numpy ``Generator`` or ``RandomState``
+        (default: the global ``numpy.random``), which draws ``k`` uniforms in ``[0, 1)``.
+        ValueError when no slot has mass.
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an int >= 1, got {k!r}")
@@ -135,7 +138,7 @@ class PriorityIndex:
         if not total > 0:
             raise ValueError("sample() from a priority index with no mass: set some slots first")
         u = (np.random if rng is None else rng).random(int(k))
-        targets = (np.arange(k, dtype=np.float64) + u) * (total / k)
+        targets = (np.arange(k, dtype=np.float64) + u) * (total / k) if stratified else u * total
         np.minimum(targets, np.nextafter(total, 0.0), out=targets)
         slots = np.empty(k, np.int64)
         masses = np.empty(k, np.float32)
