@@ -302,3 +302,49 @@ def test_reset_clears_priorities() -> None:
     np.testing.assert_array_equal(ours.priorities(), 1.0)
     ours.update_priorities(s.indices.copy(), np.full(3, 5.0))  # an array of the caller's: applied
     np.testing.assert_allclose(ours.priorities()[s.indices], 5.0 + 1e-6)
+
+
+def test_sample_on_meta_reads_nothing_on_the_host() -> None:
+    """With buffer_device, a prioritized sample's frames and indices stay on the device: the
+    host index draws, the device decodes, and the indices go up as one upload."""
+    from chunkstore.device.checks import NoHostReads
+
+    buf = CompressedPrioritizedReplayBuffer(40, OBS, ACT, "meta", n_envs=2, buffer_device="meta", chunk_len=2)
+    _drive(buf, 0, 15)
+    buf.update_priorities(np.arange(30), np.linspace(0.0, 3.0, 30))
+    for batch in (1, 32, 256):
+        with NoHostReads("meta"):
+            s = buf.sample(batch)
+        assert s.observations.device.type == "meta" and tuple(s.observations.shape) == (batch, *OBS.shape)
+        assert s.indices.device.type == "meta" and s.indices.dtype == th.int64
+        assert s.weights.device.type == "meta" and s.weights.shape == (batch,)
+
+
+def test_converted_buffer_has_initial_priorities() -> None:
+    from sb3_integration import from_sb3_extra_buffers
+
+    plain, _, _ = build("replay", 6, 2)
+    for tr in random_transitions(OBS, ACT, 8, 2):
+        plain.add(*tr)
+    conv = from_sb3_extra_buffers(plain, buffer_class=CompressedPrioritizedReplayBuffer, alpha=0.5)
+    assert conv.alpha == 0.5 and conv.full and conv.pos == plain.pos
+    np.testing.assert_array_equal(conv.priorities(), 1.0)  # SB3's buffers hold no priorities: all new
+    s = conv.sample(8)
+    expect = read_samples(plain, s.indices // 2, s.indices % 2, None)
+    for field in expect._fields:
+        assert_same(getattr(expect, field), getattr(s, field), field)
+
+
+def test_file_without_priority_arrays_loads_with_initial_priorities(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A file whose priority arrays are absent (written before them) loads as if every stored
+    transition were just added; the row being overwritten under optimize_memory_usage stays empty."""
+    _, ours, _ = build("omu", 5, 2)
+    _drive(ours, 0, 7)
+    with ours.state_dict() as state:
+        for name in ("priority_masses", "priority_generations", "priority_max"):
+            del state.arrays[f"extra/{name}"]
+        other = type(ours).from_state_dict(state, device="cpu")
+    p = other.priorities()
+    row = np.arange(10) // 2 == other.pos
+    np.testing.assert_array_equal(p[row], 0.0)
+    np.testing.assert_array_equal(p[~row], 1.0)
