@@ -1,7 +1,8 @@
 """Prioritized replay: the priority index against cpprb, and a whole prioritized sample (issue 25).
 
 Every arm runs in a fresh process of its own (``run_fresh``), so one arm's memory and
-loaded code do not count in another's. Three parts:
+loaded code do not count in another's; each arm runs ``--rounds`` times, the arms of a part
+taking turns, and keeps its least time (other processes only ever slow an arm down). Three parts:
 
 1. **The index alone** (``chunkstore.priority.PriorityIndex``) against cpprb's
    ``PrioritizedReplayBuffer`` with one 1-byte field, at each ``--index-capacities``, every slot
@@ -9,6 +10,8 @@ loaded code do not count in another's. Three parts:
    of the group medians, see ``robust_ms``) and the bytes per slot the process holds for it
    (RSS after minus before, and for the index what tracemalloc counts). The index arm also
    checks its distribution: chi-square of 10^6 stratified draws on a skewed vector.
+   The device index (``chunkstore.priority.torch_index``, torch ops) runs the same steps on the
+   cpu beside them: the comparison that decides which index the buffers keep.
 2. **Whole buffers on real Atari stacks** (Pong, SB3's AtariWrapper + VecFrameStack(4), random
    actions; ``tools/atari_data.py``) at ``--atari-capacity``: this project's prioritized buffer
    (``sample(256)`` alone and with ``update_priorities(256)``), this project's uniform buffer
@@ -52,6 +55,21 @@ ensure_importable()
 BATCHES = (32, 256)
 
 
+def _timed(fn: Any, n: int) -> dict[str, float]:
+    """Wall ms (``robust_ms``) and process CPU ms per call (every thread's CPU time, least over
+    10 groups of calls): on a loaded machine the CPU time is the steadier of the two."""
+    import time
+
+    wall = robust_ms(fn, n=n)["ms"]
+    per, best = max(1, n // 10), float("inf")
+    for _ in range(10):
+        t0 = time.process_time()
+        for _ in range(per):
+            fn()
+        best = min(best, (time.process_time() - t0) / per)
+    return {"ms": wall, "cpu_ms": best * 1e3}
+
+
 # -- part 1: the index alone ---------------------------------------------------------------
 def _index_arm(cfg: dict[str, Any]) -> dict[str, Any]:
     from chunkstore.priority import PriorityIndex
@@ -80,7 +98,8 @@ def _index_arm(cfg: dict[str, Any]) -> dict[str, Any]:
             slots, _, gens = ix.sample(k)
             ix.update(slots, new, gens)
 
-        out[f"ms_{k}"] = robust_ms(step, n=cfg["reps"])["ms"]
+        t = _timed(step, cfg["reps"])
+        out[f"ms_{k}"], out[f"cpu_ms_{k}"] = t["ms"], t["cpu_ms"]
     out["chi2"] = _chi_square()
     return out
 
@@ -142,7 +161,36 @@ def _cpprb_index_arm(cfg: dict[str, Any]) -> dict[str, Any]:
             s = rb.sample(k, beta=0.4)
             rb.update_priorities(s["indexes"], new)
 
-        out[f"ms_{k}"] = robust_ms(step, n=cfg["reps"])["ms"]
+        t = _timed(step, cfg["reps"])
+        out[f"ms_{k}"], out[f"cpu_ms_{k}"] = t["ms"], t["cpu_ms"]
+    return out
+
+
+def _torch_index_arm(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The device index (torch ops) on the cpu: what the host index is compared with."""
+    import torch
+
+    from chunkstore.priority.torch_index import TorchPriorityIndex
+
+    torch.set_num_threads(1)
+    cap = cfg["capacity"]
+    before = rss()
+    ix = TorchPriorityIndex(cap)
+    for lo in range(0, cap, 1 << 20):
+        hi = min(cap, lo + (1 << 20))
+        ix.set(torch.arange(lo, hi), torch.rand(hi - lo, dtype=torch.float64) * 10)
+    tensors = (ix.masses, ix.generations, ix.block_sums, ix.block_mins)
+    out: dict[str, Any] = {"rss_per_slot": (rss() - before) / cap,
+                           "nbytes_per_slot": sum(t.numel() * t.element_size() for t in tensors) / cap}
+    for k in BATCHES:
+        new = torch.rand(k, dtype=torch.float64) * 10
+
+        def step(k: int = k, new: Any = new) -> None:
+            slots, _, gens = ix.sample(k)
+            ix.update(slots, new, gens)
+
+        t = _timed(step, cfg["reps"])
+        out[f"ms_{k}"], out[f"cpu_ms_{k}"] = t["ms"], t["cpu_ms"]
     return out
 
 
@@ -196,7 +244,8 @@ def _ours_atari_arm(cfg: dict[str, Any]) -> dict[str, Any]:
     held = rss() - before
     out: dict[str, Any] = {"rss_per_transition": held / cap, "nbytes_held_per_transition": buf.nbytes_held / cap}
     np.random.seed(0)  # noqa: NPY002 - SB3's sampling RNG
-    out["sample_ms"] = robust_ms(lambda: buf.sample(256), n=cfg["reps"])["ms"]
+    t = _timed(lambda: buf.sample(256), cfg["reps"])
+    out["sample_ms"], out["sample_cpu_ms"] = t["ms"], t["cpu_ms"]
     if prioritized:
         # the same buffer sampled uniformly (SB3's path of the uniform class), rounds interleaved
         # with prioritized ones: a ratio free of the difference between two processes
@@ -213,7 +262,8 @@ def _ours_atari_arm(cfg: dict[str, Any]) -> dict[str, Any]:
             s = buf.sample(256)
             buf.update_priorities(s.indices, td)
 
-        out["sample_update_ms"] = robust_ms(step, n=cfg["reps"])["ms"]
+        t = _timed(step, cfg["reps"])
+        out["sample_update_ms"], out["sample_update_cpu_ms"] = t["ms"], t["cpu_ms"]
     return out
 
 
@@ -249,8 +299,9 @@ def _cpprb_atari_arm(cfg: dict[str, Any]) -> dict[str, Any]:
         s = rb.sample(256, beta=0.4)
         rb.update_priorities(s["indexes"], td)
 
-    return {"rss_per_transition": held / cap, "sample_update_ms": robust_ms(step, n=cfg["reps"])["ms"],
-            "sample_ms": robust_ms(lambda: rb.sample(256, beta=0.4), n=cfg["reps"])["ms"]}
+    t, t2 = _timed(step, cfg["reps"]), _timed(lambda: rb.sample(256, beta=0.4), cfg["reps"])
+    return {"rss_per_transition": held / cap, "sample_update_ms": t["ms"], "sample_update_cpu_ms": t["cpu_ms"],
+            "sample_ms": t2["ms"], "sample_cpu_ms": t2["cpu_ms"]}
 
 
 # -- part 3: TorchRL ----------------------------------------------------------------------------
@@ -279,7 +330,7 @@ def _chi_text(c: dict[str, Any] | None) -> str:
             "(exact: at most 2)")
 
 
-ARMS = {"index": _index_arm, "cpprb_index": _cpprb_index_arm, "ours_prioritized": _ours_atari_arm,
+ARMS = {"index": _index_arm, "cpprb_index": _cpprb_index_arm, "torch_index": _torch_index_arm, "ours_prioritized": _ours_atari_arm,
         "ours_uniform": _ours_atari_arm, "cpprb_atari": _cpprb_atari_arm, "torchrl": _torchrl_arm}
 
 
@@ -294,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--game", default="Pong")
     p.add_argument("--collect-steps", type=int, default=20_000)
     p.add_argument("--reps", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=2, help="runs of each arm, arms taking turns (least time kept)")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--out", default=None, help="JSON path (a .md is written beside it)")
@@ -303,20 +355,42 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(json.loads(args.config)), default=str))
         return 0
 
-    def run(arm: str, **cfg: Any) -> dict[str, Any]:
+    def run_once(arm: str, **cfg: Any) -> dict[str, Any]:
         res = run_fresh(__file__, {"arm": arm, "reps": args.reps, **cfg}, timeout=args.timeout)
         print(f"{arm} {cfg}: {res}", file=sys.stderr)
         return res
 
+    def run_rounds(arms: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Each arm ``--rounds`` times, the arms taking turns: a time is the least over the rounds
+        (other processes on a shared machine only ever slow an arm down), the rest the first round's."""
+        rounds = [[run_once(arm, **cfg) for arm, cfg in arms] for _ in range(args.rounds)]
+        out = []
+        for i in range(len(arms)):
+            results = [r[i] for r in rounds if "error" not in r[i]]
+            if not results:
+                out.append(rounds[0][i])
+                continue
+            best = dict(results[0])
+            for key, value in best.items():
+                if "ms" in key and isinstance(value, float):
+                    best[key] = min(r[key] for r in results)
+            best["rounds"] = len(results)
+            out.append(best)
+        return out
+
+    def run(arm: str, **cfg: Any) -> dict[str, Any]:
+        return run_rounds([(arm, cfg)])[0]
+
     index_rows = []
     for cap in args.index_capacities:
-        ours, cpp = run("index", capacity=cap), run("cpprb_index", capacity=cap)
+        ours, cpp, tix = run_rounds([(arm, {"capacity": cap}) for arm in ("index", "cpprb_index", "torch_index")])
         row: dict[str, Any] = {"capacity": cap}
-        for name, res in (("ours", ours), ("cpprb", cpp)):
+        for name, res in (("ours", ours), ("cpprb", cpp), ("torch", tix)):
             row.update({f"{name}_{k}": v for k, v in res.items() if k != "chi2"})
         for k in BATCHES:
             if f"ours_ms_{k}" in row and f"cpprb_ms_{k}" in row:
                 row[f"speedup_{k}"] = row[f"cpprb_ms_{k}"] / row[f"ours_ms_{k}"]
+                row[f"cpu_speedup_{k}"] = row[f"cpprb_cpu_ms_{k}"] / row[f"ours_cpu_ms_{k}"]
         if "ours_rss_per_slot" in row and "cpprb_rss_per_slot" in row:
             row["bytes_ratio"] = row["ours_rss_per_slot"] / row["cpprb_rss_per_slot"]
         row["chi2"] = ours.get("chi2")
@@ -324,18 +398,16 @@ def main(argv: list[str] | None = None) -> int:
 
     atari_cfg = {"capacity": args.atari_capacity, "game": args.game, "collect_steps": args.collect_steps,
                  "cache_dir": args.cache_dir}
-    whole = {arm: run(arm, **atari_cfg) for arm in ("ours_prioritized", "ours_uniform", "cpprb_atari")}
-    torchrl = run("torchrl")
+    names = ("ours_prioritized", "ours_uniform", "cpprb_atari")
+    whole = dict(zip(names, run_rounds([(arm, atari_cfg) for arm in names]), strict=True))
+    torchrl = run_once("torchrl")
     pri, uni, cpp = whole["ours_prioritized"], whole["ours_uniform"], whole["cpprb_atari"]
-    whole_rows = [
-        {"arm": "chunkstore prioritized", "sample_ms": pri.get("sample_ms"),
-         "sample_update_ms": pri.get("sample_update_ms"), "rss_per_transition": pri.get("rss_per_transition"),
-         "nbytes_held": pri.get("nbytes_held_per_transition")},
-        {"arm": "chunkstore uniform", "sample_ms": uni.get("sample_ms"),
-         "rss_per_transition": uni.get("rss_per_transition"), "nbytes_held": uni.get("nbytes_held_per_transition")},
-        {"arm": "cpprb PER (next_of + stack_compress)", "sample_ms": cpp.get("sample_ms"),
-         "sample_update_ms": cpp.get("sample_update_ms"), "rss_per_transition": cpp.get("rss_per_transition")},
-    ]
+    def row(arm: str, res: dict[str, Any]) -> dict[str, Any]:
+        keys = ("sample_ms", "sample_update_ms", "sample_cpu_ms", "sample_update_cpu_ms", "rss_per_transition")
+        return {"arm": arm, **{k: res.get(k) for k in keys}, "nbytes_held": res.get("nbytes_held_per_transition")}
+
+    whole_rows = [row("chunkstore prioritized", pri), row("chunkstore uniform", uni),
+                  row("cpprb PER (next_of + stack_compress)", cpp)]
     ratios = {}
     if "same_buffer_prioritized_ms" in pri:
         ratios["prioritized_vs_uniform_sample_same_buffer"] = \
@@ -344,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         ratios["prioritized_vs_uniform_sample"] = pri["sample_ms"] / uni["sample_ms"]
     if "sample_update_ms" in pri and "sample_update_ms" in cpp:
         ratios["cpprb_vs_ours_sample_update"] = cpp["sample_update_ms"] / pri["sample_update_ms"]
+        ratios["cpprb_vs_ours_sample_update_cpu"] = cpp["sample_update_cpu_ms"] / pri["sample_update_cpu_ms"]
+    if "sample_cpu_ms" in pri and "sample_cpu_ms" in uni:
+        ratios["prioritized_vs_uniform_sample_cpu"] = pri["sample_cpu_ms"] / uni["sample_cpu_ms"]
     if "rss_per_transition" in pri and "rss_per_transition" in cpp:
         ratios["ours_vs_cpprb_bytes_rss"] = pri["rss_per_transition"] / cpp["rss_per_transition"]
         ratios["ours_nbytes_held_vs_cpprb_rss"] = pri["nbytes_held_per_transition"] / cpp["rss_per_transition"]
@@ -351,14 +426,20 @@ def main(argv: list[str] | None = None) -> int:
     md = ["### Priority index alone vs cpprb PrioritizedReplayBuffer (sample(k) + update(k), every slot prioritized)\n",
           md_table(index_rows, [("capacity", "capacity"), ("ours_ms_256", "ours 256 (ms)"),
                                 ("cpprb_ms_256", "cpprb 256 (ms)"), ("speedup_256", "cpprb / ours, 256"),
+                                ("cpu_speedup_256", "cpprb / ours, 256, CPU time"),
                                 ("ours_ms_32", "ours 32 (ms)"), ("cpprb_ms_32", "cpprb 32 (ms)"),
                                 ("speedup_32", "cpprb / ours, 32"),
                                 ("ours_rss_per_slot", "ours B/slot (RSS)"),
                                 ("ours_traced_per_slot", "ours B/slot (tracemalloc)"),
-                                ("cpprb_rss_per_slot", "cpprb B/slot (RSS, 1-byte field included)")]),
+                                ("cpprb_rss_per_slot", "cpprb B/slot (RSS, 1-byte field included)"),
+                                ("torch_ms_256", "torch-op index on cpu 256 (ms)"),
+                                ("torch_ms_32", "torch-op index on cpu 32 (ms)"),
+                                ("torch_nbytes_per_slot", "torch-op index B/slot (its tensors)")]),
           f"\n\n### Whole buffers, real {args.game} stacks, capacity {args.atari_capacity:,}\n",
           md_table(whole_rows, [("arm", "arm"), ("sample_ms", "sample(256) ms"),
                                 ("sample_update_ms", "sample(256) + update(256) ms"),
+                                ("sample_cpu_ms", "sample(256) CPU ms"),
+                                ("sample_update_cpu_ms", "sample(256) + update(256) CPU ms"),
                                 ("rss_per_transition", "B/transition (RSS)"),
                                 ("nbytes_held", "B/transition (nbytes_held + priorities)")]),
           "\n\nRatios (same run): " + ", ".join(f"{k} = {v:.3g}" for k, v in ratios.items()),
