@@ -11,7 +11,7 @@ contract tests a new tier runs. ``sb3_integration`` wraps it all as drop-in
 Stable-Baselines3 buffers; this package knows nothing about RL.
 """
 
-from chunkstore.array import ChunkedArray
+from chunkstore.array import ChunkedArray, ItemArray
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import Codec, codec_names, get_codec
 from chunkstore.errors import (
@@ -39,6 +39,7 @@ __all__ = [
     "FileChangedError",
     "FormatError",
     "HybridTier",
+    "ItemArray",
     "LRUChunkCache",
     "MemoryTier",
     "MissingBackendError",

@@ -49,7 +49,7 @@ def _item_nbytes(shape, dtype) -> int:
 
 
 def host_bytes(arr: DeviceArray, ids: np.ndarray) -> np.ndarray:
-    return arr.take_bytes(ids).cpu().numpy().reshape(len(ids), _item_nbytes(arr.item_shape, arr.dtype))
+    return arr.take_bytes(ids, padded=True).cpu().numpy().reshape(len(ids), _item_nbytes(arr.item_shape, arr.dtype))
 
 
 def want_bytes(model: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -62,7 +62,7 @@ def assert_reads(arr: DeviceArray, model: np.ndarray, ids: np.ndarray) -> None:
     want = want_bytes(model, ids)
     assert np.array_equal(host_bytes(arr, ids), want)
     if torch_dtype(arr.dtype) is not None:
-        got = arr.take(ids)
+        got = arr.take_padded(ids)
         assert got.dtype == torch_dtype(arr.dtype) and tuple(got.shape) == (len(ids), *arr.item_shape)
         got = np.ascontiguousarray(got.cpu().numpy()).view(np.uint8)
         assert np.array_equal(got.reshape(want.shape), want)
@@ -271,10 +271,10 @@ def _frames_array(device="cpu", budget=None, n=600, seed=0, **kw) -> DeviceArray
 
 
 def _ops(arr: DeviceArray, ids: np.ndarray) -> int:
-    arr.take(ids)  # warm: both staging buffers (used in turn) sized for this batch
-    arr.take(ids)
+    arr.take_padded(ids)  # warm: both staging buffers (used in turn) sized for this batch
+    arr.take_padded(ids)
     with OpCounter() as c:
-        arr.take(ids)
+        arr.take_padded(ids)
     return c.total
 
 
@@ -294,9 +294,9 @@ def test_take_op_count_does_not_depend_on_batch_size(budget):
 def test_take_reads_nothing_on_the_host_cpu():
     arr = _frames_array()
     ids = np.random.default_rng(2).integers(-1, arr.capacity, 300)
-    arr.take(ids)
+    arr.take_padded(ids)
     with NoHostReads("cpu") as mode:
-        arr.take(ids)
+        arr.take_padded(ids)
     assert mode.seen["aten.index_select"] > 0  # the mode did see the decoder's ops
 
 
@@ -306,7 +306,7 @@ def test_take_runs_on_meta_without_host_reads():
     for n in (1, 64, 1000):
         ids = np.random.default_rng(n).integers(-1, arr.capacity, n)
         with NoHostReads("meta"):
-            out = arr.take(ids)
+            out = arr.take_padded(ids)
         assert out.device.type == "meta" and tuple(out.shape) == (n, 84, 84)
 
 
@@ -423,9 +423,13 @@ def test_bad_input_is_refused():
     with pytest.raises(IndexError):
         arr.take(np.array([10]))
     with pytest.raises(IndexError):
-        arr.take(np.array([-2]))
+        arr.take(np.array([-11]))
+    with pytest.raises(IndexError):
+        arr.take_padded(np.array([-2]))
     with pytest.raises(IndexError):
         arr.take(np.array([0.5]))
+    with pytest.raises(IndexError):
+        arr.take_padded(np.array([0.5]))
     with pytest.raises(IndexError):
         arr.write(9, np.zeros((2, 2), np.int16))
     with pytest.raises(ValueError, match="without loss"):  # a lossy cast: float into int16
