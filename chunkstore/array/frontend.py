@@ -159,7 +159,9 @@ class WriteFrontEnd:
                     self._write_run(start, self._coerce(value, stop - start))
             else:
                 idx = np.arange(start, stop, step)
-                self._put(idx, self._coerce(value, idx.size))
+                vals = self._coerce(value, idx.size)
+                if idx.size:  # (an empty strided slice: ChunkedArray's _put failed on it)
+                    self._put(idx, vals)
         else:
             idx = normalize_indices(key, capacity, self.name).reshape(-1)
             vals = self._coerce(value, idx.size)
