@@ -13,7 +13,7 @@ Stable-Baselines3 buffers; this package knows nothing about RL.
 
 from chunkstore.array import ChunkedArray, ItemArray
 from chunkstore.cache import LRUChunkCache
-from chunkstore.codecs import Codec, codec_names, get_codec
+from chunkstore.codecs import Codec, codec_names, get_codec, register_codec
 from chunkstore.errors import (
     ChunkstoreError,
     CodecConfigError,
@@ -47,6 +47,7 @@ __all__ = [
     "TierFullError",
     "codec_names",
     "get_codec",
+    "register_codec",
 ]
 
 __version__ = "0.1.0"
