@@ -202,18 +202,14 @@ class WritePath(WriteFrontEnd, ArrayFields):
             self._after_write(c, int(idx[part].max()) - c * self.chunk_len)
 
     def _write_run(self, start: int, vals: np.ndarray) -> None:
-        L, table = self.chunk_len, self._table
-        pos, end = start, start + len(vals)
-        while pos < end:
-            c, r0 = divmod(pos, L)
-            r1 = min(L, end - c * L, table.rows(c))
-            part = vals[pos - start : pos - start + r1 - r0]
+        table = self._table
+        for c, r0, r1, k in self._pieces(start, len(vals)):
+            part = vals[k : k + r1 - r0]
             if r0 == 0 and r1 == table.rows(c) and c not in table.open:
                 self._seal_from(c, part)  # a whole chunk: encode straight from the input
             else:
                 self._open_chunk(c)[r0:r1] = part
                 self._after_write(c, r1 - 1)
-            pos += r1 - r0
 
     def _open_chunk(self, c: int) -> np.ndarray:
         """The writable raw buffer of chunk ``c``, decoding it if it was sealed."""

@@ -20,6 +20,7 @@ checked arguments to the array's own storage through a few hooks:
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -186,6 +187,17 @@ class WriteFrontEnd:
                         f"{n} item(s) of shape {self.item_shape}"
                     ) from None
         return arr
+
+    def _pieces(self, start: int, n: int) -> Iterator[tuple[int, int, int, int]]:
+        """``(chunk, first row, end row, offset in the values)`` of each chunk that items
+        ``start .. start + n - 1`` touch, in order (the walk of every ``_write_run``)."""
+        L, capacity = self.chunk_len, self._capacity()
+        pos, end = start, start + n
+        while pos < end:
+            c, r0 = divmod(pos, L)
+            r1 = min(L, end - c * L, capacity - c * L)
+            yield c, r0, r1, pos - start
+            pos += r1 - r0
 
     # -- hooks -----------------------------------------------------------------------------------
     def _begin(self) -> None:

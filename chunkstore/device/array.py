@@ -296,12 +296,8 @@ class DeviceArray(WriteFrontEnd):
             self._after_write(c, int(rows.max()))
 
     def _write_run(self, start: int, vals: np.ndarray) -> None:
-        L = self.chunk_len
-        pos, end = start, start + len(vals)
-        while pos < end:
-            c, r0 = divmod(pos, L)
-            r1 = min(L, end - c * L, self._rows(c))
-            part = vals[pos - start:pos - start + r1 - r0]
+        for c, r0, r1, k in self._pieces(start, len(vals)):
+            part = vals[k:k + r1 - r0]
             if r0 == 0 and r1 == self._rows(c) and c not in self._open:
                 self._seal_rows(c, np.arange(r1), part)  # a whole chunk: encode straight from the input
             else:
@@ -309,7 +305,6 @@ class DeviceArray(WriteFrontEnd):
                 buf[r0:r1] = part
                 written[r0:r1] = True
                 self._after_write(c, r1 - 1)
-            pos += r1 - r0
 
     def _open_chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """The open buffer of chunk ``c``: raw rows and which of them were written.
