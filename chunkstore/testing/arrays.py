@@ -299,6 +299,14 @@ class ArrayTests:
         with pytest.raises(IndexError):
             arr.take_padded(np.array([-2]))
 
+    def test_take_into_fills_a_host_array_in_place(self, make: Any) -> None:
+        arr = make()
+        arr.write(0, np.arange(20, dtype=np.int16).reshape(10, 2))
+        out = np.full((2, 3, 2), 99, np.int16)
+        got = arr.take_into(np.array([[-1, 0, 9], [4, -1, 4]]), out)
+        assert got is out
+        assert out[:, :, 0].tolist() == [[0, 0, 18], [8, 0, 8]]
+
     def test_the_last_write_to_an_index_wins(self, make: Any) -> None:
         arr = make()
         arr.put([3, 3, -7], [[1, 1], [2, 2], [3, 3]])

@@ -363,6 +363,15 @@ def test_bad_input_is_refused():
         arr.take(np.array([0]))
 
 
+def test_take_into_a_tensor_copies_on_the_device():
+    arr = DeviceArray(10, (2,), np.int16, chunk_len=4)
+    arr.write(0, np.arange(20, dtype=np.int16).reshape(10, 2))
+    out = torch.full((3, 2), 99, dtype=torch.int16)
+    with NoHostReads("cpu"):
+        got = arr.take_into(np.array([3, -1, 9]), out)
+    assert got is out and out.tolist() == [[6, 7], [0, 0], [18, 19]]
+
+
 def test_context_manager_releases_device_memory():
     with DeviceArray(10, (4,), np.uint8) as arr:
         arr[0] = np.arange(4, dtype=np.uint8)
