@@ -62,11 +62,8 @@ class WriteFrontEnd:
     dtype: np.dtype
     chunk_len: int
     name: str
+    capacity: int  # a property (ChunkedArray) or an attribute (DeviceArray)
     _lock: threading.RLock
-
-    # the array's geometry (a property or an attribute in the array)
-    def _capacity(self) -> int:
-        return int(self.capacity)  # type: ignore[attr-defined]
 
     # -- public writes ---------------------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -79,7 +76,7 @@ class WriteFrontEnd:
         """``items[k]`` goes to ``self[start + k]`` (no wrap-around)."""
         items = np.asarray(items)
         n = len(items) if items.ndim > len(self.item_shape) else 1
-        capacity = self._capacity()
+        capacity = self.capacity
         if start < 0 or start + n > capacity:
             raise IndexError(f"write of {n} items at {start} exceeds capacity {capacity}")
         vals = self._coerce(items, n)
@@ -90,7 +87,7 @@ class WriteFrontEnd:
 
     def put(self, indices: Any, values: Any) -> None:
         """``self[indices[i]] = values[i]``; any order, repeats allowed (the last wins)."""
-        idx = normalize_indices(indices, self._capacity(), self.name).reshape(-1)
+        idx = normalize_indices(indices, self.capacity, self.name).reshape(-1)
         vals = self._coerce(values, idx.size)
         if idx.size == 0:
             return
@@ -104,7 +101,7 @@ class WriteFrontEnd:
 
         Those chunks read as zeros afterwards; partially covered chunks are kept.
         """
-        capacity = self._capacity()
+        capacity = self.capacity
         start, stop = max(0, int(start)), min(capacity, int(stop))
         first = -(-start // self.chunk_len)
         last = stop // self.chunk_len if stop < capacity else -(-capacity // self.chunk_len)
@@ -116,7 +113,7 @@ class WriteFrontEnd:
 
     def clear(self) -> None:
         """Every item back to zeros; storage released."""
-        self.discard(0, self._capacity())
+        self.discard(0, self.capacity)
 
     def remap(self, capacity: int, src: Any, dst: Any) -> None:
         """Change the capacity; stored or open chunk ``src[i]`` becomes chunk ``dst[i]``.
@@ -131,7 +128,7 @@ class WriteFrontEnd:
         if capacity < 1 or src.shape != dst.shape:
             raise ValueError(f"remap needs capacity >= 1 and src/dst of equal length, got "
                              f"{capacity}, {src.shape}, {dst.shape}")
-        L, old = self.chunk_len, self._capacity()
+        L, old = self.chunk_len, self.capacity
         n_new = -(-capacity // L)
         if src.size and (src.min() < 0 or src.max() >= -(-old // L) or dst.min() < 0
                          or dst.max() >= n_new or np.unique(dst).size != dst.size):
@@ -150,7 +147,7 @@ class WriteFrontEnd:
                 self._set_partial(key, value)
                 return
             key = key[0]
-        capacity = self._capacity()
+        capacity = self.capacity
         if isinstance(key, (int, np.integer)):  # the appender's case: one item
             self._set_one(check_index(int(key), capacity, self.name), value)
         elif isinstance(key, slice):
@@ -191,7 +188,7 @@ class WriteFrontEnd:
     def _pieces(self, start: int, n: int) -> Iterator[tuple[int, int, int, int]]:
         """``(chunk, first row, end row, offset in the values)`` of each chunk that items
         ``start .. start + n - 1`` touch, in order (the walk of every ``_write_run``)."""
-        L, capacity = self.chunk_len, self._capacity()
+        L, capacity = self.chunk_len, self.capacity
         pos, end = start, start + n
         while pos < end:
             c, r0 = divmod(pos, L)
