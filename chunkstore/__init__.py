@@ -11,9 +11,9 @@ contract tests a new tier runs. ``sb3_integration`` wraps it all as drop-in
 Stable-Baselines3 buffers; this package knows nothing about RL.
 """
 
-from chunkstore.array import ChunkedArray
+from chunkstore.array import ChunkedArray, ItemArray
 from chunkstore.cache import LRUChunkCache
-from chunkstore.codecs import Codec, codec_names, get_codec
+from chunkstore.codecs import Codec, codec_names, get_codec, register_codec
 from chunkstore.errors import (
     ChunkstoreError,
     CodecConfigError,
@@ -39,6 +39,7 @@ __all__ = [
     "FileChangedError",
     "FormatError",
     "HybridTier",
+    "ItemArray",
     "LRUChunkCache",
     "MemoryTier",
     "MissingBackendError",
@@ -46,6 +47,7 @@ __all__ = [
     "TierFullError",
     "codec_names",
     "get_codec",
+    "register_codec",
 ]
 
 __version__ = "0.1.0"

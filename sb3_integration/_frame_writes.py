@@ -104,7 +104,7 @@ class FrameWrites:
     def _row_writer(self) -> Any:
         """This store's native writer (built once per layout), or None: no native layer, or no open chunks."""
         nat = _native_writer()
-        if nat is None or self.layout is None or not hasattr(self.frames, "open_chunks"):
+        if nat is None or self.layout is None or self.frames is None or not self.frames.supports_native_writes:
             return None
         writer = self.__dict__.get("_writer")
         if writer is None or writer.layout is not self.layout:

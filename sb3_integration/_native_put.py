@@ -35,7 +35,8 @@ from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from chunkstore.native._kernels import _memcpy, _u8ptr
+from chunkstore.native.kernels import memcpy as _memcpy
+from chunkstore.native.kernels import u8ptr as _u8ptr
 
 __all__ = ["GROW", "NEED_OPEN", "NPARAMS", "SLOW", "RowWriter", "as_u8", "memcmp_address", "put_pairs",
            "release_bounds"]

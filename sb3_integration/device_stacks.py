@@ -6,7 +6,7 @@ batch in three steps, and only the first runs on the host:
 1. the host computes which frames each stack needs, from its own descriptors
    (:meth:`~sb3_integration.frames.FrameStore.frame_ids`: ``(stacks, depth)`` item
    ids, ``-1`` for a padding frame);
-2. :meth:`DeviceArray.take` uploads one small block (the ids' header and any record
+2. :meth:`DeviceArray.take_padded` uploads one small block (the ids' header and any record
    not on the device) and decodes every frame of the batch, padding frames as zeros,
    in a fixed number of torch ops;
 3. :func:`read_stacks` lays the frames out as stacks: a channel-first (or unstacked)
@@ -65,7 +65,7 @@ def read_stacks(frames: Any, layout: StackLayout, ids: np.ndarray, parts: int = 
     if len(ids) % parts:
         raise ValueError(f"{len(ids)} stacks do not split into {parts} equal parts")
     n, shape = len(ids) // parts, layout.obs_shape
-    flat = frames.take(np.ascontiguousarray(ids, np.int64).reshape(-1))  # (parts * n * depth, *frame_shape)
+    flat = frames.take_padded(np.ascontiguousarray(ids, np.int64).reshape(-1))  # (parts * n * depth, *frame_shape)
     if layout.axis is None or layout.axis == 0:  # a stack's frames are consecutive: a view
         out = flat.view(parts, n, *shape)
     else:  # channel-last: frame j's channels go to the last axis, one permuted copy

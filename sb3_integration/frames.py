@@ -444,7 +444,7 @@ class FrameStore(FrameWrites):
                 for i, (w, r) in enumerate(requests):
                     which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
                 envs = np.concatenate((envs,) * m)  # (np.tile's Python costs ~5 us a sample)
-            if isinstance(self.frames, DeviceArray):
+            if self.frames is not None and self.frames.device is not None:  # tensors on the frames' device
                 ids = self.frame_ids(which, rows, envs) if n else np.zeros((0, lay.depth), np.int64)
                 return read_stacks(self.frames, lay, ids, m)
             outputs = self.__dict__.get("_outputs") or self.__dict__.setdefault("_outputs", OutputBlocks())
@@ -476,16 +476,14 @@ class FrameStore(FrameWrites):
         staging buffers, reference copies) instead of chunks and table.
         """
         total = self.index_nbytes + sum(x.nbytes for _, _, x in self._pending)
-        if isinstance(self.frames, DeviceArray):
-            total += self.frames.nbytes + self.frames.host_nbytes
-        elif self.frames is not None:
-            total += self.frames.cbytes + self.frames.table_nbytes
+        if self.frames is not None:
+            total += self.frames.nbytes_stored
         return total
 
     @property
     def device_nbytes(self) -> int:
         """Bytes of device memory the frames hold (0 for host frames)."""
-        return self.frames.nbytes if isinstance(self.frames, DeviceArray) else 0
+        return 0 if self.frames is None else self.frames.device_nbytes
 
     def held_info(self) -> dict[str, int]:
         """Every byte of this process's memory the store holds, by kind (:attr:`nbytes_held` sums them).
@@ -497,9 +495,7 @@ class FrameStore(FrameWrites):
         :attr:`device_nbytes`.
         """
         held = {"tier": 0, "open_chunks": 0, "spare_buffers": 0, "chunk_table": 0}
-        if isinstance(self.frames, DeviceArray):
-            held["tier"] = self.frames.host_nbytes
-        elif self.frames is not None:
+        if self.frames is not None:
             held.update(self.frames.held_info())
         held["index"] = self.index_nbytes
         held["pending"] = sum(x.nbytes for _, _, x in self._pending)
@@ -512,9 +508,9 @@ class FrameStore(FrameWrites):
         return sum(self.held_info().values())
 
     def info(self) -> dict[str, Any]:
-        if isinstance(self.frames, DeviceArray):
+        if self.frames is not None and self.frames.device is not None:
             return device_info(self, self.frames)
-        lay, arr = self.layout, self.frames
+        lay, arr = self.layout, (self.frames.info() if self.frames is not None else None)
         return {
             "name": self.name,
             "obs_shape": self.obs_shape,
@@ -525,15 +521,15 @@ class FrameStore(FrameWrites):
             "depth": lay.depth if lay else None,
             "ring_frames": self.ring_frames if lay else None,
             "frames_written": self.frames_written,
-            "frames_cbytes": arr.cbytes if arr else 0,
-            "sealed_chunks": arr.nchunks if arr else 0,
-            "sealed_cratio": arr.cratio if arr else 1.0,
+            "frames_cbytes": arr["cbytes"] if arr else 0,
+            "sealed_chunks": arr["nchunks"] if arr else 0,
+            "sealed_cratio": arr["cratio"] if arr else 1.0,
             "index_nbytes": self.index_nbytes,
-            "chunk_table_nbytes": arr.table_nbytes if arr else 0,
+            "chunk_table_nbytes": arr["table_nbytes"] if arr else 0,
             "nbytes_stored": self.nbytes_stored,
             "nbytes_held": self.nbytes_held,
             "held": self.held_info(),
-            "codec": arr.codec.name if arr else str(self.codec),
+            "codec": arr["codec"] if arr else str(self.codec),
             "chunk_len": self.chunk_len,
             "device": None if self.device is None else str(self.device),
         }
@@ -564,12 +560,12 @@ class FrameStore(FrameWrites):
 
     def _frames_snapshot(self) -> ArraySnapshot | None:
         """The frames now: a ChunkedArray's snapshot, or device frames encoded on the host with ``codec``."""
-        if isinstance(self.frames, DeviceArray):
-            if self.frames.device.type == "meta":  # before torch's "Cannot copy out of meta tensor"
-                raise ValueError(f"{self.name}: {META_NO_DATA}: it cannot be saved, pickled or captured "
-                                 "(state_dict)")
-            return self.frames.snapshot(self.codec)  # type: ignore[no-any-return]
-        return None if self.frames is None else self.frames.snapshot()
+        if self.frames is None:
+            return None
+        if self.frames.device is not None and self.frames.device.type == "meta":  # before torch's error
+            raise ValueError(f"{self.name}: {META_NO_DATA}: it cannot be saved, pickled or captured "
+                             "(state_dict)")
+        return self.frames.snapshot(self.codec)  # type: ignore[no-any-return]
 
     def load_state_dict(self, state: FrameStoreState) -> None:
         """Become ``state`` (from :meth:`state_dict`, a file or a pickle), in one step.

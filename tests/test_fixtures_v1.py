@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstore import format as fmt
+from chunkstore import hdf5 as fmt
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "v1"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())

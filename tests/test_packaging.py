@@ -1,4 +1,6 @@
-"""A quiet install: the project's metadata uses the forms current setuptools wants.
+"""Packaging: a quiet install, and an import graph with no private cross-package imports or circles.
+
+A quiet install: the project's metadata uses the forms current setuptools wants.
 
 setuptools deprecated the ``project.license`` table (``{ text = "MIT" }``; builds
 fail after 2027-02-18) for an SPDX string, which needs setuptools >= 77. The slow
@@ -60,3 +62,135 @@ def test_editable_install_prints_no_deprecation_warning(tmp_path):
         f"pip shows no build-backend warnings here, so this check is blind (upgrade pip):\n{control[-2000:]}"
     output = pip_dry_run(project_copy(tmp_path / "new", current))
     assert "deprecat" not in output.lower(), output
+
+
+# -- the import graph: no private names across packages, no import circles ----------------------------
+
+PACKAGES = ("chunkstore", "sb3_integration")
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Every module of PACKAGES under ``root``, by dotted name (a package by its ``__init__``)."""
+    out = {}
+    for package in PACKAGES:
+        for path in (root / package).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[list[str], bool]]:
+    """``(dotted target parts, at module level)`` of each name ``module`` imports from PACKAGES.
+
+    ``from a.b import c`` targets ``a.b.c`` (module ``c`` or name ``c`` of ``a.b``).
+    Module level includes ``if``/``try`` blocks at the top (``TYPE_CHECKING`` too), not functions.
+    """
+    import ast
+
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+    top |= {id(m) for n in tree.body if isinstance(n, (ast.If, ast.Try)) for m in ast.walk(n)}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            targets = [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            continue
+        out += [(t.split("."), id(node) in top) for t in targets if t.split(".")[0] in PACKAGES]
+    return out
+
+
+def private_imports(root: Path) -> list[str]:
+    """Imports of a private module or name (``_x``) from outside the package that owns it.
+
+    The owner of ``a.b._c`` (module or name) is package ``a.b``; of a private name
+    defined in module ``a.b.m``, that module's package ``a.b``. The owner and its
+    subpackages may use it (``chunkstore._threads`` serves all of chunkstore).
+    """
+    modules = _modules(root)
+    bad = []
+    for module, path in modules.items():
+        for parts, _ in _imports(module, path, modules):
+            for i, part in enumerate(parts):
+                if part.startswith("_") and not part.startswith("__"):
+                    owner = ".".join(parts[:i])
+                    if owner in modules and modules[owner].name != "__init__.py":
+                        owner = owner.rpartition(".")[0]
+                    if module != owner and not module.startswith(owner + "."):
+                        bad.append(f"{module} imports {'.'.join(parts)}")
+                    break
+    return sorted(set(bad))
+
+
+def import_cycles(root: Path, package: str) -> list[list[str]]:
+    """Groups of ``package``'s modules that import each other at module level (strongly connected)."""
+    modules = _modules(root)
+    edges: dict[str, set[str]] = {m: set() for m in modules if m.split(".")[0] == package}
+    for module in edges:
+        for parts, top in _imports(module, modules[module], modules):
+            target = ".".join(parts) if ".".join(parts) in modules else ".".join(parts[:-1])
+            if top and target in edges and target != module:
+                edges[module].add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_private_names_are_imported_across_packages():
+    """A package's private modules and names (``chunkstore.native._kernels``) stay inside it:
+    what other packages need has a public home (``chunkstore.native.kernels``, ``chunkstore.tiers``)."""
+    assert private_imports(ROOT) == []
+
+
+def test_chunkstore_has_no_import_circles():
+    assert import_cycles(ROOT, "chunkstore") == []
+
+
+def test_the_import_checks_are_not_blind(tmp_path):
+    """A tree with a private cross-package import and a circle: both checks see them."""
+    for package in PACKAGES:
+        (tmp_path / package / "inner").mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / "inner" / "__init__.py").write_text("")
+    (tmp_path / "chunkstore" / "inner" / "_private.py").write_text("from chunkstore import b\n_x = 1\n")
+    (tmp_path / "chunkstore" / "inner" / "user.py").write_text("from chunkstore.inner._private import _x\n")
+    (tmp_path / "chunkstore" / "b.py").write_text("from chunkstore.inner import _private\n\ndef f():\n"
+                                                  "    from chunkstore.inner.user import _x\n")
+    (tmp_path / "sb3_integration" / "c.py").write_text("from chunkstore.inner._private import _x\n"
+                                                       "from chunkstore.b import f\n")
+    assert private_imports(tmp_path) == ["chunkstore.b imports chunkstore.inner._private",
+                                         "chunkstore.b imports chunkstore.inner.user._x",  # in a function too
+                                         "sb3_integration.c imports chunkstore.inner._private._x"]
+    assert import_cycles(tmp_path, "chunkstore") == [["chunkstore.b", "chunkstore.inner._private"]]

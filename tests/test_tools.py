@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from chunkstore import ChunkedArray, hdf5
-from chunkstore import format as fmt
+from chunkstore import hdf5 as fmt
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = REPO / "tools"

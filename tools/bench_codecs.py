@@ -92,12 +92,12 @@ def load_datasets(args: argparse.Namespace) -> list[Dataset]:
 def load_h5(path: str, key: str | None, limit: int | None = None) -> np.ndarray:
     """Observations of a saved store / buffer file (issue 4's format).
 
-    Uses ``chunkstore.format.read_observations`` (stored chunks only, any codec).
+    Uses ``chunkstore.hdf5.read_observations`` (stored chunks only, any codec).
     Without ``--h5-key`` it takes ``observations`` or, in a saved SB3 buffer, the
     observation frame array (the name that starts with "observations"); other
     HDF5 files are read with plain h5py.
     """
-    from chunkstore import format as cs_format
+    from chunkstore import hdf5 as cs_format
 
     if key is None:
         key = _default_h5_key(path)
@@ -105,7 +105,7 @@ def load_h5(path: str, key: str | None, limit: int | None = None) -> np.ndarray:
 
 
 def _default_h5_key(path: str) -> str:
-    from chunkstore import format as cs_format
+    from chunkstore import hdf5 as cs_format
     from chunkstore.errors import FormatError
 
     try:

@@ -2,8 +2,9 @@
 
 One role per module: :mod:`._table` (where each chunk is), :mod:`._write` (open
 chunks, sealing, renumbering), :mod:`._read` (batched reads, native and Python),
-:mod:`._training` (codecs that learn from the data), :mod:`._snapshot` (one
-moment of an array, for saves that do not stop the writer), :mod:`._core` (the
+:mod:`._training` (codecs that learn from the data), :mod:`.protocol` (:class:`ItemArray`,
+the interface ChunkedArray and DeviceArray share), :mod:`.frontend` (their one write
+front-end), :mod:`._snapshot` (one moment of an array, for saves that do not stop the writer), :mod:`._core` (the
 class, sizes, repair after interrupts, ownership, state).
 """
 
@@ -18,6 +19,8 @@ from chunkstore.array._core import (
 from chunkstore.array._snapshot import ArraySnapshot
 from chunkstore.array._table import ChunkTable
 from chunkstore.array._training import TRAIN_AFTER_BYTES, TRAIN_MAX_ITEMS
+from chunkstore.array.frontend import WriteFrontEnd
+from chunkstore.array.protocol import ItemArray
 from chunkstore.casting import lossless_cast
 
 __all__ = [
@@ -31,5 +34,7 @@ __all__ = [
     "ArraySnapshot",
     "ChunkTable",
     "ChunkedArray",
+    "ItemArray",
+    "WriteFrontEnd",
     "lossless_cast",
 ]

@@ -32,6 +32,7 @@ from chunkstore.array._read import ReadPath
 from chunkstore.array._snapshot import STATE_VERSION, ArraySnapshot
 from chunkstore.array._table import ChunkTable
 from chunkstore.array._write import WritePath
+from chunkstore.array.frontend import check_geometry
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import Codec, get_codec
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier
@@ -118,21 +119,9 @@ class ChunkedArray(WritePath, ReadPath):
         max_open: int = MAX_OPEN_CHUNKS,
         own_tier: bool | None = None,
     ) -> None:
-        if int(capacity) < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if int(chunk_len) < 1:
-            raise ValueError(f"chunk_len must be >= 1, got {chunk_len}")
-        self.item_shape = (int(item_shape),) if np.isscalar(item_shape) else tuple(map(int, item_shape))  # type: ignore[arg-type]
-        if any(d < 0 for d in self.item_shape):
-            raise ValueError(f"item_shape must be non-negative, got {self.item_shape}")
-        self.dtype = np.dtype(dtype)
-        if self.dtype.hasobject:
-            raise TypeError(f"object dtypes cannot be stored, got {self.dtype}")
-        self.chunk_len = min(int(chunk_len), int(capacity))
+        capacity, self.item_shape, self.dtype, self.chunk_len, self.max_open = check_geometry(
+            capacity, item_shape, dtype, chunk_len, max_open)
         self.codec = get_codec(codec)
-        if int(max_open) < 1:
-            raise ValueError(f"max_open must be >= 1, got {max_open}")
-        self.max_open = int(max_open)
         self.tier = tier if tier is not None else MemoryTier()
         self.own_tier = tier is None if own_tier is None else bool(own_tier)
         if cache is None:
@@ -173,6 +162,15 @@ class ChunkedArray(WritePath, ReadPath):
     def __len__(self) -> int:
         return self.capacity
 
+    # -- capabilities (:class:`~chunkstore.array.protocol.ItemArray`) -------------------
+    #: open_chunks / writable_chunk / seal_full: a native writer fills open chunks in place
+    supports_native_writes = True
+
+    @property
+    def device(self) -> None:
+        """None: items live in host memory and reads are numpy arrays."""
+        return None
+
     # -- size words -------------------------------------------------------------------
     @property
     def nbytes(self) -> int:
@@ -205,6 +203,16 @@ class ChunkedArray(WritePath, ReadPath):
         return self._table.nbytes
 
     @property
+    def nbytes_stored(self) -> int:
+        """What the items cost stored: encoded and open chunks, and the chunk table."""
+        return self.cbytes + self.table_nbytes
+
+    @property
+    def device_nbytes(self) -> int:
+        """Device memory held: none (see :class:`~chunkstore.device.DeviceArray`)."""
+        return 0
+
+    @property
     def nchunks(self) -> int:
         """Number of sealed (stored) chunks."""
         return int(np.count_nonzero(self._table.seg >= 0))
@@ -228,6 +236,7 @@ class ChunkedArray(WritePath, ReadPath):
             "nbytes": self.nbytes,
             "cbytes": self.cbytes,
             "cratio": self.cratio,
+            "table_nbytes": self.table_nbytes,
             "tier": self.tier.info(),
             "cache": self.cache_info(),
         }
@@ -308,10 +317,12 @@ class ChunkedArray(WritePath, ReadPath):
             "max_open": self.max_open,
         }
 
-    def snapshot(self) -> ArraySnapshot:
+    def snapshot(self, codec: str | Codec | None = None) -> ArraySnapshot:
         """This array's contents at this moment; it may keep changing meanwhile (see :mod:`._snapshot`).
 
-        Close the snapshot (or use it in a ``with`` block) when done.
+        Close the snapshot (or use it in a ``with`` block) when done. ``codec`` is the
+        protocol's host codec for items not yet encoded on the host (a DeviceArray's);
+        a ChunkedArray's chunks keep the codec they are stored with, so it is not used.
         """
         with self._lock:
             self._check_repaired()

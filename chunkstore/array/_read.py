@@ -39,25 +39,44 @@ class ReadPath(ArrayFields):
     """ChunkedArray's reads (a mixin: ``ChunkedArray`` supplies the state)."""
 
     def take(self, indices: Any, out: np.ndarray | None = None) -> np.ndarray:
-        """Items at ``indices`` (a 1-D integer array), copied into ``out`` if given."""
-        idx = self._normalize_indices(indices).reshape(-1)
+        """Items at ``indices``: ``np.take(self, indices, axis=0)``, copied into ``out`` if given.
+
+        ``indices`` is an integer array (negative ones count from the end) or a boolean
+        mask; the result has shape ``(*indices.shape, *item_shape)``. ``out`` needs the
+        dtype and the bytes of that many items. ``-1`` as "no item" is :meth:`take_padded`.
+        """
+        idx = self._normalize_indices(indices)
         n = idx.size
+        shape = (*idx.shape, *self.item_shape)
         if out is None:
-            out = np.empty((n, *self.item_shape), dtype=self.dtype)
+            out = np.empty(shape, dtype=self.dtype)
         else:
             if out.dtype != self.dtype or out.nbytes != n * self._item_nbytes:
                 raise ValueError(
                     f"out has dtype {out.dtype} and {out.nbytes} bytes; need {self.dtype} "
                     f"and {n * self._item_nbytes} bytes for {n} items of {self.item_shape}"
                 )
-            out = out.reshape(n, *self.item_shape)
+            out = out.reshape(shape)
         if n == 0:
             return out
+        flat = out.reshape(n, *self.item_shape)  # a view: ``out`` is C-contiguous or reshape fails
         with self._lock:
             self._check_repaired()
-            if not self._native_take(idx.astype(np.int64, copy=False), out, None, None):
-                self._python_take(idx, out)
+            idx = idx.reshape(-1)
+            if not self._native_take(idx.astype(np.int64, copy=False), flat, None, None):
+                self._python_take(idx, flat)
         return out
+
+    def take_padded(self, ids: Any) -> np.ndarray:
+        """Items at ``ids``, where ``-1`` is an all-zero item: ``(*ids.shape, *item_shape)``.
+
+        Negative ids other than ``-1`` are refused; see :meth:`take_into` to read into
+        an existing (strided) output.
+        """
+        ids = np.asarray(ids)
+        if ids.size and ids.dtype.kind not in "iu":
+            raise IndexError(f"{self.name}: ids must be integers, got dtype {ids.dtype}")
+        return self.take_into(ids, np.empty(ids.shape + self.item_shape, self.dtype))
 
     def take_into(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out[i] = self[ids[i]]``, or zeros where ``ids[i] == -1``, in place.

@@ -22,7 +22,7 @@ import numpy as np
 
 from chunkstore.array import _training
 from chunkstore.array._fields import ArrayFields
-from chunkstore.casting import lossless_cast
+from chunkstore.array.frontend import WriteFrontEnd
 from chunkstore.tiers import ChunkRef
 
 __all__ = ["MAX_SPARE", "WritePath"]
@@ -32,39 +32,14 @@ __all__ = ["MAX_SPARE", "WritePath"]
 MAX_SPARE = 2
 
 
-class WritePath(ArrayFields):
-    """ChunkedArray's writes (a mixin: ``ChunkedArray`` supplies the state)."""
+class WritePath(WriteFrontEnd, ArrayFields):
+    """ChunkedArray's writes (a mixin: ``ChunkedArray`` supplies the state).
 
-    # -- public writes ---------------------------------------------------------------
-    def __setitem__(self, key: Any, value: Any) -> None:
-        with self._lock:
-            self._begin()
-            self._setitem(key, value)
-            self._dirty = False
+    The public writes and their checks are :class:`~chunkstore.array.frontend.WriteFrontEnd`'s;
+    this class is the storage behind its hooks, and the writes only a ChunkedArray has.
+    """
 
-    def write(self, start: int, items: Any) -> None:
-        """``items[k]`` goes to ``self[start + k]`` (no wrap-around)."""
-        items = np.asarray(items)
-        n = len(items) if items.ndim > len(self.item_shape) else 1
-        if start < 0 or start + n > self.capacity:
-            raise IndexError(f"write of {n} items at {start} exceeds capacity {self.capacity}")
-        vals = self._coerce(items, n)
-        with self._lock:
-            self._begin()
-            self._write_run(start, vals)
-            self._dirty = False
-
-    def put(self, indices: Any, values: Any) -> None:
-        """``self[indices[i]] = values[i]``; any order, repeats allowed (the last wins)."""
-        idx = self._normalize_indices(indices).reshape(-1)
-        if idx.size == 0:
-            return
-        vals = self._coerce(values, idx.size)
-        with self._lock:
-            self._begin()
-            self._put(idx, vals)
-            self._dirty = False
-
+    # -- writes the front-end does not have -----------------------------------------------
     def put_chunk_bytes(self, c: int, data: Any) -> None:
         """Install already-encoded bytes as chunk ``c``, verbatim (the load path)."""
         if not 0 <= c < self.nchunks_total:
@@ -167,54 +142,6 @@ class WritePath(ArrayFields):
                 self._seal(c)
             self._dirty = False
 
-    def remap(self, capacity: int, src: Any, dst: Any) -> None:
-        """Change the capacity; stored or open chunk ``src[i]`` becomes chunk ``dst[i]``.
-
-        Every other chunk is freed. Nothing is decoded or re-encoded: only the
-        chunk table moves, in one step. A ring that outgrows its capacity uses this
-        to grow while keeping its live chunks. Moved chunks must keep their row count.
-        """
-        src = np.asarray(src, np.int64).reshape(-1)
-        dst = np.asarray(dst, np.int64).reshape(-1)
-        capacity = int(capacity)
-        if capacity < 1 or src.shape != dst.shape:
-            raise ValueError(f"remap needs capacity >= 1 and src/dst of equal length, got "
-                             f"{capacity}, {src.shape}, {dst.shape}")
-        n_new = -(-capacity // self.chunk_len)
-        if src.size and (src.min() < 0 or src.max() >= self.nchunks_total or dst.min() < 0
-                         or dst.max() >= n_new or np.unique(dst).size != dst.size):
-            raise IndexError(f"{self.name}: remap chunks out of range or duplicated")
-        rows_new = np.minimum(self.chunk_len, capacity - dst * self.chunk_len)
-        rows_old = np.minimum(self.chunk_len, self.capacity - src * self.chunk_len)
-        if not np.array_equal(rows_new, rows_old):
-            raise ValueError(f"{self.name}: remap would change the row count of a chunk")
-        with self._lock:
-            self._begin()
-            keep = np.zeros(self.nchunks_total, bool)
-            keep[src] = True
-            for c in np.flatnonzero(~keep).tolist():  # dead chunks: freeing them early is harmless
-                self._free_chunk(c)
-            self._table = self._table.remapped(capacity, src, dst)  # the one step
-            self._dirty = False
-
-    def discard(self, start: int, stop: int) -> None:
-        """Items in ``[start, stop)`` are dead: free the chunks wholly inside the range.
-
-        Those chunks read as zeros afterwards; partially covered chunks are kept.
-        """
-        start, stop = max(0, int(start)), min(self.capacity, int(stop))
-        first = -(-start // self.chunk_len)
-        last = stop // self.chunk_len if stop < self.capacity else self.nchunks_total
-        with self._lock:
-            self._begin()
-            for c in range(first, last):
-                self._free_chunk(c)
-            self._dirty = False
-
-    def clear(self) -> None:
-        """Every item back to zeros; tier space released."""
-        self.discard(0, self.capacity)
-
     def train_codec(self) -> None:
         """Train a learning codec (``zstd3+dict``) on the stored items, re-encode them.
 
@@ -227,41 +154,33 @@ class WritePath(ArrayFields):
             self._dirty = False
 
     # -- internals ---------------------------------------------------------------------
-    def _setitem(self, key: Any, value: Any) -> None:
-        if isinstance(key, (int, np.integer)):  # the appender's case: one item into an open chunk
-            i = self._check_index(int(key))
-            c, r = divmod(i, self.chunk_len)
-            buf = self._table.open.get(c)
-            v = np.asarray(value)
-            if buf is not None and v.dtype == self.dtype and v.shape == self.item_shape:
-                buf[r] = v
-                self._table.touch(c)
-                self._after_write(c, r)
-                return
-            self._write_run(i, self._coerce(value, 1))
-            return
-        if isinstance(key, tuple):
-            if len(key) == 1:
-                key = key[0]
-            else:
-                self._setitem_partial(key, value)
-                return
-        if isinstance(key, (int, np.integer)):
-            self._write_run(self._check_index(int(key)), self._coerce(value, 1))
-        elif isinstance(key, slice):
-            start, stop, step = key.indices(self.capacity)
-            if step == 1:
-                if stop > start:
-                    self._write_run(start, self._coerce(value, stop - start))
-            else:
-                idx = np.arange(start, stop, step)
-                self._put(idx, self._coerce(value, idx.size))
-        else:
-            idx = self._normalize_indices(key).reshape(-1)
-            if idx.size:
-                self._put(idx, self._coerce(value, idx.size))
+    def _end(self) -> None:
+        self._dirty = False
 
-    def _setitem_partial(self, key: tuple[Any, ...], value: Any) -> None:
+    def _set_one(self, i: int, value: Any) -> None:
+        # the appender's case: one item into an open chunk, without the coercion's copies
+        c, r = divmod(i, self.chunk_len)
+        buf = self._table.open.get(c)
+        v = np.asarray(value)
+        if buf is not None and v.dtype == self.dtype and v.shape == self.item_shape:
+            buf[r] = v
+            self._table.touch(c)
+            self._after_write(c, r)
+            return
+        self._write_run(i, self._coerce(value, 1))
+
+    def _free_chunks(self, first: int, last: int) -> None:
+        for c in range(first, last):
+            self._free_chunk(c)
+
+    def _remap(self, capacity: int, src: np.ndarray, dst: np.ndarray) -> None:
+        keep = np.zeros(self.nchunks_total, bool)
+        keep[src] = True
+        for c in np.flatnonzero(~keep).tolist():  # dead chunks: freeing them early is harmless
+            self._free_chunk(c)
+        self._table = self._table.remapped(capacity, src, dst)  # the one step
+
+    def _set_partial(self, key: tuple[Any, ...], value: Any) -> None:
         # arr[i, j, ...] = v: read-modify-write of whole items (rare, correct)
         idx = self._normalize_indices(key[0])
         items = self.take(idx.reshape(-1))
@@ -283,37 +202,14 @@ class WritePath(ArrayFields):
             self._after_write(c, int(idx[part].max()) - c * self.chunk_len)
 
     def _write_run(self, start: int, vals: np.ndarray) -> None:
-        L, table = self.chunk_len, self._table
-        pos, end = start, start + len(vals)
-        while pos < end:
-            c, r0 = divmod(pos, L)
-            r1 = min(L, end - c * L, table.rows(c))
-            part = vals[pos - start : pos - start + r1 - r0]
+        table = self._table
+        for c, r0, r1, k in self._pieces(start, len(vals)):
+            part = vals[k : k + r1 - r0]
             if r0 == 0 and r1 == table.rows(c) and c not in table.open:
                 self._seal_from(c, part)  # a whole chunk: encode straight from the input
             else:
                 self._open_chunk(c)[r0:r1] = part
                 self._after_write(c, r1 - 1)
-            pos += r1 - r0
-
-    def _coerce(self, value: Any, n: int) -> np.ndarray:
-        """``value`` as an array of (n, *item_shape) in our dtype, refusing lossy casts."""
-        arr = np.asarray(value)
-        if arr.dtype != self.dtype:
-            arr = lossless_cast(arr, self.dtype, self.name)
-        shape = (n, *self.item_shape)
-        if arr.shape != shape:
-            if arr.shape == self.item_shape and n == 1:
-                arr = arr.reshape(shape)
-            else:
-                try:
-                    arr = np.broadcast_to(arr, shape)
-                except ValueError:
-                    raise ValueError(
-                        f"{self.name}: cannot write values of shape {np.shape(value)} into "
-                        f"{n} item(s) of shape {self.item_shape}"
-                    ) from None
-        return arr
 
     def _open_chunk(self, c: int) -> np.ndarray:
         """The writable raw buffer of chunk ``c``, decoding it if it was sealed."""

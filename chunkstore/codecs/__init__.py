@@ -1,5 +1,8 @@
 """Lossless codecs for ndarray chunks, and the one parser for their names.
 
+A new codec is one :func:`register_codec` call (its config id, its names, its line in
+the list of valid names); the built-ins register the same way.
+
 >>> import numpy as np
 >>> from chunkstore.codecs import get_codec
 >>> codec = get_codec("zstd-3")  # sb3-extra-buffers' grammar: level -3
@@ -17,7 +20,7 @@ from chunkstore.codecs._gzip import GzipCodec
 from chunkstore.codecs._igzip import IGzipCodec
 from chunkstore.codecs._lz4 import LZ4BlockCodec, LZ4FrameCodec
 from chunkstore.codecs._none import NoneCodec
-from chunkstore.codecs._registry import codec_from_config, codec_names, get_codec
+from chunkstore.codecs._registry import codec_from_config, codec_names, get_codec, register_codec
 from chunkstore.codecs._rle import RLECodec
 from chunkstore.codecs._util import DecodeError
 from chunkstore.codecs._zstd import ZstdCodec, ZstdDictCodec
@@ -39,4 +42,5 @@ __all__ = [
     "codec_from_config",
     "codec_names",
     "get_codec",
+    "register_codec",
 ]

@@ -11,12 +11,17 @@ strings), plus blosc2 names and an ``xor+`` prefix:
 * ``xor+<name>``: XOR delta against the previous row, then ``<name>``.
 * ``zstd<L>+dict`` (any zstd form plus ``+dict``): zstd with a dictionary the
   chunk store trains on the first data it stores.
+
+Adding a codec is one call, :func:`register_codec` (the built-ins at the end of this
+module register through it): its config id, the names that build it, the line the
+error message lists, and the names :func:`codec_names` shows.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from chunkstore.codecs import _base
@@ -31,89 +36,131 @@ from chunkstore.codecs._rle import RLECodec
 from chunkstore.codecs._zstd import ZstdCodec, ZstdDictCodec
 from chunkstore.errors import CodecConfigError
 
-__all__ = ["codec_from_config", "codec_names", "get_codec"]
-
-_REGISTRY: dict[str, type[Codec]] = {
-    cls.codec_id: cls
-    for cls in (
-        NoneCodec,
-        RLECodec,
-        ZstdCodec,
-        ZstdDictCodec,
-        LZ4FrameCodec,
-        LZ4BlockCodec,
-        GzipCodec,
-        IGzipCodec,
-        Blosc2Codec,
-        XorDelta,
-    )
-}
-
-_PLAIN: dict[str, type[Any]] = {
-    "none": NoneCodec,
-    "rle": RLECodec,
-    "rle-jit": RLECodec,
-    "rle-old": RLECodec,
-}
-# sb3eb: `[A-Za-z]+` then `-?digits` (zstd5, zstd-5), or `name/` then `-?digits`.
-_SHORT = re.compile(r"(zstd|gzip|igzip)(?:(-?\d+)|/(-?\d+))?", re.ASCII)
-_LZ4 = re.compile(r"(lz4-frame|lz4-block)(?:/(-?\d+))?", re.ASCII)
-_BLOSC2 = re.compile(r"blosc2[-/]([a-z0-9]+)(?:[-/](\d+))?", re.ASCII)
-_LEVELLED: dict[str, type[Any]] = {
-    "zstd": ZstdCodec,
-    "gzip": GzipCodec,
-    "igzip": IGzipCodec,
-    "lz4-frame": LZ4FrameCodec,
-    "lz4-block": LZ4BlockCodec,
-}
+__all__ = ["codec_from_config", "codec_names", "get_codec", "register_codec"]
 
 
-def _forms() -> str:
-    def span(cls: type[Codec]) -> str:
-        levels = cls.LEVELS  # type: ignore[attr-defined]
-        return f"levels {levels.start}..{levels.stop - 1}, default {cls.DEFAULT_LEVEL}"  # type: ignore[attr-defined]
+@dataclass(frozen=True)
+class _Entry:
+    cls: type[Codec]
+    names: tuple[str, ...]  # exact names that build cls()
+    levelled: str | None  # a prefix taking a level: <prefix>/<L> (and <prefix><L>, <prefix>-<N>)
+    parse: Callable[[str], Codec | None] | None  # a grammar of its own
+    forms: str | None  # the line of the error message's list of valid names
+    listed: tuple[str, ...]  # what codec_names() shows
 
-    return "\n".join(
-        (
-            "valid codec names (case-insensitive):",
-            "  none | rle",
-            f"  zstd | zstd<L> | zstd/<L> | zstd-<N> | zstd/-<N>  (zstd-5 is level -5; {span(ZstdCodec)}; 0 = 3)",
-            f"  lz4-frame | lz4-frame/<L>  ({span(LZ4FrameCodec)})",
-            f"  lz4-block | lz4-block/<L>  (1..16 high compression, 0 default mode, "
-            f"<0 fast with acceleration -L; {span(LZ4BlockCodec)})",
-            f"  gzip | gzip<L> | gzip/<L>  ({span(GzipCodec)})",
-            f"  igzip | igzip<L> | igzip/<L>  ({span(IGzipCodec)}; pip install 'chunkstore[isal]')",
-            f"  blosc2-<C>[-<L>] | blosc2/<C>[/<L>]  (C: {', '.join(CNAMES)}; {span(Blosc2Codec)})",
-            "  xor+<any of the above>  (XOR against the previous row first)",
-            "  <any zstd form>+dict  (zstd with a dictionary trained on the data, e.g. zstd3+dict)",
-        )
-    )
+
+_ENTRIES: list[_Entry] = []
+_BY_ID: dict[str, type[Codec]] = {}
+_BY_NAME: dict[str, type[Codec]] = {}
+_BY_PREFIX: dict[str, type[Codec]] = {}
+
+
+def register_codec(cls: type[Codec], *, names: Iterable[str] = (), levelled: str | None = None,
+                   parse: Callable[[str], Codec | None] | None = None, forms: str | None = None,
+                   listed: Iterable[str] | None = None) -> type[Codec]:
+    """Make a codec known: its config id, the names that build it, what errors and listings show.
+
+    Parameters
+    ----------
+    cls
+        A :class:`Codec` subclass; its ``codec_id`` rebuilds it from a config
+        (:func:`codec_from_config`, saved files).
+    names
+        Exact names (lower case) that build ``cls()``: ``"none"``.
+    levelled
+        A name prefix taking a level (``cls(level=L)``; ``cls`` a ``LevelledCodec``):
+        ``<prefix>`` and ``<prefix>/<L>``, and, for a prefix without ``-``, sb3-extra-buffers'
+        ``<prefix><L>`` and ``<prefix>-<N>`` (level ``-N``).
+    parse
+        A parser for a grammar of its own: called with the lower-case name, it returns a
+        codec or None (not its name).
+    forms
+        The line listing this codec's names in the error message of an unknown name.
+    listed
+        The canonical names :func:`codec_names` shows (default: the first of ``names``, or
+        ``<levelled>/<DEFAULT_LEVEL>``).
+
+    Raises
+    ------
+    TypeError
+        ``cls`` is not a Codec subclass.
+    ValueError
+        Its id, a name or the prefix is taken by another codec class.
+
+    Registering a class again replaces what its earlier call said.
+
+    Examples
+    --------
+    >>> from chunkstore.codecs import NoneCodec
+    >>> class Stored(NoneCodec):
+    ...     codec_id = "stored-example"
+    >>> _ = register_codec(Stored, names=["stored-example"], forms="  stored-example")
+    >>> type(get_codec("stored-example")).__name__, codec_from_config({"id": "stored-example"}).codec_id
+    ('Stored', 'stored-example')
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Codec)):
+        raise TypeError(f"register_codec() takes a Codec subclass, got {cls!r}")
+    codec_id = getattr(cls, "codec_id", None)
+    if not isinstance(codec_id, str) or not codec_id:
+        raise ValueError(f"{cls.__name__} needs a codec_id (a non-empty str) to be registered")
+    names = tuple(n.strip().lower() for n in names)
+    prefix = levelled.strip().lower() if levelled else None
+    for table, keys, what in ((_BY_ID, (codec_id,), "codec id"), (_BY_NAME, names, "codec name"),
+                              (_BY_PREFIX, (prefix,) if prefix else (), "codec name prefix")):
+        for key in keys:
+            if table.get(key, cls) is not cls:
+                raise ValueError(f"{what} {key!r} is taken by {table[key].__name__}")
+    if listed is None:
+        default = getattr(cls, "DEFAULT_LEVEL", None)
+        listed = names[:1] if names else ((f"{prefix}/{default}",) if prefix and default is not None else ())
+    entry = _Entry(cls, names, prefix, parse, forms, tuple(listed))
+    old = next((i for i, e in enumerate(_ENTRIES) if e.cls is cls), None)
+    if old is None:
+        _ENTRIES.append(entry)
+    else:  # registered again: this call's names replace the earlier ones, in the same place
+        for name in _ENTRIES[old].names:
+            _BY_NAME.pop(name, None)
+        _BY_PREFIX.pop(_ENTRIES[old].levelled or "", None)
+        _ENTRIES[old] = entry
+    _BY_ID[codec_id] = cls
+    _BY_NAME.update(dict.fromkeys(names, cls))
+    if prefix:
+        _BY_PREFIX[prefix] = cls
+    return cls
+
+
+_INT = re.compile(r"-?\d+", re.ASCII)
+
+
+def _levelled(name: str) -> Codec | None:
+    """``<prefix>``, ``<prefix>/<L>``, or (a prefix without ``-``) ``<prefix><L>`` / ``<prefix>-<N>``."""
+    cls = _BY_PREFIX.get(name)
+    if cls is not None:
+        return cls()
+    head, slash, tail = name.rpartition("/")
+    if slash and head in _BY_PREFIX and _INT.fullmatch(tail):
+        return _BY_PREFIX[head](level=int(tail))  # type: ignore[call-arg]
+    for prefix, cls in _BY_PREFIX.items():
+        if "-" not in prefix and name.startswith(prefix) and _INT.fullmatch(name[len(prefix):]):
+            return cls(level=int(name[len(prefix):]))  # type: ignore[call-arg]
+    return None
 
 
 def _parse(name: str) -> Codec:
-    if name in _PLAIN:
-        return _PLAIN[name]()
-    if m := _SHORT.fullmatch(name):
-        level = m.group(2) or m.group(3)
-        cls = _LEVELLED[m.group(1)]
-        return cls() if level is None else cls(level=int(level))
-    if m := _LZ4.fullmatch(name):
-        cls = _LEVELLED[m.group(1)]
-        return cls() if m.group(2) is None else cls(level=int(m.group(2)))
-    if m := _BLOSC2.fullmatch(name):
-        if m.group(2) is None:
-            return Blosc2Codec(cname=m.group(1))
-        return Blosc2Codec(cname=m.group(1), level=int(m.group(2)))
-    if name.endswith("+dict") and _SHORT.fullmatch(name[: -len("+dict")]):
-        plain = _parse(name[: -len("+dict")])
-        if isinstance(plain, ZstdCodec):
-            return ZstdDictCodec(level=plain.level)
-    if name.startswith("xor+"):
-        inner = name[len("xor+") :]
-        if not inner:
-            raise CodecConfigError("'xor+' needs a codec after the '+'")
-        return XorDelta(inner=_parse(inner))
+    cls = _BY_NAME.get(name)
+    codec = cls() if cls is not None else _levelled(name)
+    for entry in _ENTRIES:
+        if codec is not None:
+            return codec
+        if entry.parse is not None:
+            codec = entry.parse(name)
+    if codec is not None:
+        return codec
     raise CodecConfigError(f"unknown codec name {name!r}")
+
+
+def _forms() -> str:
+    return "\n".join(["valid codec names (case-insensitive):", *(e.forms for e in _ENTRIES if e.forms)])
 
 
 def get_codec(name_or_codec: str | Codec) -> Codec:
@@ -169,9 +216,9 @@ def codec_from_config(config: Mapping[str, Any]) -> Codec:
     if not isinstance(config, Mapping):
         raise CodecConfigError(f"a codec config is a mapping, got {type(config).__name__}")
     codec_id = config.get("id")
-    cls = _REGISTRY.get(codec_id) if isinstance(codec_id, str) else None
+    cls = _BY_ID.get(codec_id) if isinstance(codec_id, str) else None
     if cls is None:
-        known = ", ".join(sorted(_REGISTRY))
+        known = ", ".join(sorted(_BY_ID))
         raise CodecConfigError(f"unknown codec id {_short(codec_id)} in a codec config; known: {known}")
     try:
         return cls.from_config(dict(config))
@@ -196,8 +243,58 @@ def codec_names() -> list[str]:
     Any of them also works with an ``xor+`` prefix, and the levelled ones with
     another level (``zstd/-5``, ``blosc2-lz4-9``).
     """
-    names = ["none", "rle"]
-    for prefix, cls in _LEVELLED.items():
-        names.append(f"{prefix}/{cls.DEFAULT_LEVEL}")  # type: ignore[attr-defined]
-    names += [f"blosc2-{cname}-{Blosc2Codec.DEFAULT_LEVEL}" for cname in CNAMES]
-    return names
+    return [name for entry in _ENTRIES for name in entry.listed]
+
+
+# -- the built-in codecs ---------------------------------------------------------------------------
+def _span(cls: type[Codec]) -> str:
+    levels = cls.LEVELS  # type: ignore[attr-defined]
+    return f"levels {levels.start}..{levels.stop - 1}, default {cls.DEFAULT_LEVEL}"  # type: ignore[attr-defined]
+
+
+_BLOSC2 = re.compile(r"blosc2[-/]([a-z0-9]+)(?:[-/](\d+))?", re.ASCII)
+
+
+def _parse_blosc2(name: str) -> Codec | None:
+    m = _BLOSC2.fullmatch(name)
+    if m is None:
+        return None
+    if m.group(2) is None:
+        return Blosc2Codec(cname=m.group(1))
+    return Blosc2Codec(cname=m.group(1), level=int(m.group(2)))
+
+
+def _parse_dict(name: str) -> Codec | None:
+    if not name.endswith("+dict"):
+        return None
+    zstd = _levelled(name[: -len("+dict")])
+    return ZstdDictCodec(level=zstd.level) if type(zstd) is ZstdCodec else None
+
+
+def _parse_xor(name: str) -> Codec | None:
+    if not name.startswith("xor+"):
+        return None
+    inner = name[len("xor+"):]
+    if not inner:
+        raise CodecConfigError("'xor+' needs a codec after the '+'")
+    return XorDelta(inner=_parse(inner))
+
+
+register_codec(NoneCodec, names=["none"], forms="  none | rle")
+register_codec(RLECodec, names=["rle", "rle-jit", "rle-old"])  # sb3eb's rle-jit and rle-old: one format
+register_codec(ZstdCodec, levelled="zstd",
+               forms=f"  zstd | zstd<L> | zstd/<L> | zstd-<N> | zstd/-<N>  (zstd-5 is level -5; {_span(ZstdCodec)}; 0 = 3)")
+register_codec(GzipCodec, levelled="gzip", forms=f"  gzip | gzip<L> | gzip/<L>  ({_span(GzipCodec)})")
+register_codec(IGzipCodec, levelled="igzip",
+               forms=f"  igzip | igzip<L> | igzip/<L>  ({_span(IGzipCodec)}; pip install 'chunkstore[isal]')")
+register_codec(LZ4FrameCodec, levelled="lz4-frame", forms=f"  lz4-frame | lz4-frame/<L>  ({_span(LZ4FrameCodec)})")
+register_codec(LZ4BlockCodec, levelled="lz4-block",
+               forms=f"  lz4-block | lz4-block/<L>  (1..16 high compression, 0 default mode, "
+                     f"<0 fast with acceleration -L; {_span(LZ4BlockCodec)})")
+register_codec(Blosc2Codec, parse=_parse_blosc2,
+               forms=f"  blosc2-<C>[-<L>] | blosc2/<C>[/<L>]  (C: {', '.join(CNAMES)}; {_span(Blosc2Codec)})",
+               listed=[f"blosc2-{cname}-{Blosc2Codec.DEFAULT_LEVEL}" for cname in CNAMES])
+register_codec(ZstdDictCodec, parse=_parse_dict,
+               forms="  <any zstd form>+dict  (zstd with a dictionary trained on the data, e.g. zstd3+dict)",
+               listed=())
+register_codec(XorDelta, parse=_parse_xor, forms="  xor+<any of the above>  (XOR against the previous row first)")

@@ -40,12 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.casting import lossless_cast
+from chunkstore.array.frontend import WriteFrontEnd, check_geometry
 from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
 from chunkstore.device.dtypes import torch_dtype
 from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceBudget, DeviceHeap
-from chunkstore.device.indices import check_index, normalize_indices, ranks
+from chunkstore.device.indices import normalize_indices, ranks
 from chunkstore.device.persist import export_chunked, host_array, import_chunked, snapshot_of
 from chunkstore.device.policy import WINDOW, ReferencePolicy
 from chunkstore.device.refs import ReferencePool
@@ -74,7 +74,7 @@ def _import_torch() -> Any:
     return torch
 
 
-class DeviceArray:
+class DeviceArray(WriteFrontEnd):
     """A fixed-capacity array of items encoded in device memory; ``take`` returns device tensors.
 
     Parameters
@@ -107,7 +107,7 @@ class DeviceArray:
     --------
     >>> arr = DeviceArray(100, (2, 3), np.float32, chunk_len=4, device="cpu")
     >>> arr.write(0, np.ones((8, 2, 3), np.float32))
-    >>> x = arr.take(np.array([1, -1, 7]))
+    >>> x = arr.take_padded(np.array([1, -1, 7]))
     >>> x.shape, x.device.type, x.sum().item()
     (torch.Size([3, 2, 3]), 'cpu', 12.0)
     """
@@ -126,22 +126,10 @@ class DeviceArray:
         segment_bytes: int | None = None,
         reference_window: int = WINDOW,
     ) -> None:
-        if int(capacity) < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if int(chunk_len) < 1:
-            raise ValueError(f"chunk_len must be >= 1, got {chunk_len}")
-        if int(max_open) < 1:
-            raise ValueError(f"max_open must be >= 1, got {max_open}")
-        self.capacity = int(capacity)
-        self.item_shape = (int(item_shape),) if np.isscalar(item_shape) else tuple(map(int, item_shape))  # type: ignore[arg-type]
-        if any(d < 0 for d in self.item_shape):
-            raise ValueError(f"item_shape must be non-negative, got {self.item_shape}")
-        self.dtype = np.dtype(dtype)
-        if self.dtype.hasobject:
-            raise TypeError(f"object dtypes cannot be stored, got {self.dtype}")
-        self.chunk_len = min(int(chunk_len), self.capacity)
+        capacity, self.item_shape, self.dtype, self.chunk_len, self.max_open = check_geometry(
+            capacity, item_shape, dtype, chunk_len, max_open)
+        self.capacity = capacity
         self.name = name or "device-array"
-        self.max_open = int(max_open)
         self._torch = torch = _import_torch()
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -227,6 +215,34 @@ class DeviceArray:
         staging = self._staging.nbytes + self._scratch.nbytes
         return self.index_nbytes + opened + staging + self._heap.host_nbytes + self._pool.host_nbytes
 
+    #: no open chunks in host memory a native writer could fill (writes go through ``write``/``put``)
+    supports_native_writes = False
+
+    @property
+    def nbytes_stored(self) -> int:
+        """What the items cost stored: the device bytes and the host bytes."""
+        return self.nbytes + self.host_nbytes
+
+    @property
+    def device_nbytes(self) -> int:
+        """Device bytes held (:attr:`nbytes`)."""
+        return self.nbytes
+
+    def held_info(self) -> dict[str, int]:
+        """Host memory held, by :meth:`ChunkedArray.held_info <chunkstore.ChunkedArray.held_info>`'s kinds.
+
+        ``tier``: spilled segments, staging buffers, reference copies; ``open_chunks``:
+        raw open chunks; ``chunk_table``: the per-item index. Device memory is :attr:`nbytes`.
+        """
+        opened = sum(b.nbytes + w.nbytes for b, w in self._open.values())
+        return {"tier": self.host_nbytes - self.index_nbytes - opened, "open_chunks": opened,
+                "spare_buffers": 0, "chunk_table": self.index_nbytes}
+
+    @property
+    def nbytes_held(self) -> int:
+        """Host bytes held (:attr:`host_nbytes`, the sum of :meth:`held_info`)."""
+        return self.host_nbytes
+
     @property
     def nchunks(self) -> int:
         """Number of sealed chunks."""
@@ -264,61 +280,24 @@ class DeviceArray:
         if self._closed:
             raise ValueError(f"{self.name}: the array is closed")
 
-    # -- writing (ChunkedArray's semantics) ----------------------------------------------------
-    def __setitem__(self, key: Any, value: Any) -> None:
-        with self._lock:
-            self._check_open()
-            if isinstance(key, (int, np.integer)):  # the appender's case: one item
-                i = check_index(int(key), self.capacity, self.name)
-                self._write_run(i, self._coerce(value, 1))
-            elif isinstance(key, slice):
-                start, stop, step = key.indices(self.capacity)
-                if step == 1:
-                    if stop > start:
-                        self._write_run(start, self._coerce(value, stop - start))
-                else:
-                    self.put(np.arange(start, stop, step), value)
-            elif isinstance(key, tuple):
-                raise TypeError(f"{self.name}: only whole items can be written (arr[i] = item)")
-            else:
-                self.put(key, value)
+    # -- writing: WriteFrontEnd's public writes, ChunkedArray's semantics -------------------------
+    def _begin(self) -> None:
+        self._check_open()
 
-    def write(self, start: int, items: Any) -> None:
-        """``items[k]`` goes to ``self[start + k]`` (no wrap-around)."""
-        items = np.asarray(items)
-        n = len(items) if items.ndim > len(self.item_shape) else 1
-        if start < 0 or start + n > self.capacity:
-            raise IndexError(f"write of {n} items at {start} exceeds capacity {self.capacity}")
-        vals = self._coerce(items, n)
-        with self._lock:
-            self._check_open()
-            self._write_run(start, vals)
-
-    def put(self, indices: Any, values: Any) -> None:
-        """``self[indices[k]] = values[k]`` for an integer index array (the last write wins)."""
-        idx = normalize_indices(indices, self.capacity, self.name).reshape(-1)
-        vals = self._coerce(values, idx.size)
-        if idx.size == 0:
-            return
-        with self._lock:
-            self._check_open()
-            order = np.argsort(idx, kind="stable")
-            chunks = idx[order] // self.chunk_len
-            for part in np.split(order, np.flatnonzero(np.diff(chunks)) + 1):
-                c = int(idx[part[0]]) // self.chunk_len
-                buf, written = self._open_chunk(c)
-                rows = idx[part] - c * self.chunk_len
-                buf[rows] = vals[part]
-                written[rows] = True
-                self._after_write(c, int(rows.max()))
+    def _put(self, idx: np.ndarray, vals: np.ndarray) -> None:
+        order = np.argsort(idx, kind="stable")
+        chunks = idx[order] // self.chunk_len
+        for part in np.split(order, np.flatnonzero(np.diff(chunks)) + 1):
+            c = int(idx[part[0]]) // self.chunk_len
+            buf, written = self._open_chunk(c)
+            rows = idx[part] - c * self.chunk_len
+            buf[rows] = vals[part]
+            written[rows] = True
+            self._after_write(c, int(rows.max()))
 
     def _write_run(self, start: int, vals: np.ndarray) -> None:
-        L = self.chunk_len
-        pos, end = start, start + len(vals)
-        while pos < end:
-            c, r0 = divmod(pos, L)
-            r1 = min(L, end - c * L, self._rows(c))
-            part = vals[pos - start:pos - start + r1 - r0]
+        for c, r0, r1, k in self._pieces(start, len(vals)):
+            part = vals[k:k + r1 - r0]
             if r0 == 0 and r1 == self._rows(c) and c not in self._open:
                 self._seal_rows(c, np.arange(r1), part)  # a whole chunk: encode straight from the input
             else:
@@ -326,21 +305,6 @@ class DeviceArray:
                 buf[r0:r1] = part
                 written[r0:r1] = True
                 self._after_write(c, r1 - 1)
-            pos += r1 - r0
-
-    def _coerce(self, value: Any, n: int) -> np.ndarray:
-        """``value`` as ``(n, *item_shape)`` in our dtype, refusing lossy casts."""
-        arr = np.asarray(value)
-        if arr.dtype != self.dtype:
-            arr = lossless_cast(arr, self.dtype, self.name)
-        shape = (n, *self.item_shape)
-        if arr.shape != shape:
-            try:
-                arr = np.broadcast_to(arr, shape)
-            except ValueError:
-                raise ValueError(f"{self.name}: cannot write values of shape {np.shape(value)} into "
-                                 f"{n} item(s) of shape {self.item_shape}") from None
-        return arr
 
     def _open_chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """The open buffer of chunk ``c``: raw rows and which of them were written.
@@ -416,68 +380,38 @@ class DeviceArray:
                 self._seal(c)
             self._heap.flush()
 
-    def discard(self, start: int, stop: int) -> None:
-        """Items in ``[start, stop)`` are dead: free the chunks wholly inside the range.
-
-        Those chunks read as zeros afterwards; partially covered chunks are kept.
-        """
-        start, stop = max(0, int(start)), min(self.capacity, int(stop))
-        first = -(-start // self.chunk_len)
-        last = stop // self.chunk_len if stop < self.capacity else self.nchunks_total
-        with self._lock:
-            self._check_open()
-            if last <= first:
-                return
-            for c in [c for c in self._open if first <= c < last]:
-                del self._open[c]
-            hit = np.flatnonzero(self._stored[first:last]) + first
-            if hit.size:
-                ids = (hit[:, None] * self.chunk_len + np.arange(self.chunk_len)).reshape(-1)
-                self._release(ids[ids < self.capacity])
-                self._stored[hit] = False
+    def _free_chunks(self, first: int, last: int) -> None:
+        for c in [c for c in self._open if first <= c < last]:
+            del self._open[c]
+        hit = np.flatnonzero(self._stored[first:last]) + first
+        if hit.size:
+            ids = (hit[:, None] * self.chunk_len + np.arange(self.chunk_len)).reshape(-1)
+            self._release(ids[ids < self.capacity])
+            self._stored[hit] = False
 
     def clear(self) -> None:
         """Every item back to zeros; device space released."""
-        self.discard(0, self.capacity)
+        super().clear()
         self._policy.reset()
 
-    def remap(self, capacity: int, src: Any, dst: Any) -> None:
-        """Change the capacity; stored or open chunk ``src[i]`` becomes chunk ``dst[i]``.
-
-        Every other chunk is freed. Nothing is decoded or re-encoded: only the
-        per-item tables move. Moved chunks must keep their row count.
-        """
-        src = np.asarray(src, np.int64).reshape(-1)
-        dst = np.asarray(dst, np.int64).reshape(-1)
-        capacity = int(capacity)
-        if capacity < 1 or src.shape != dst.shape:
-            raise ValueError(f"remap needs capacity >= 1 and src/dst of equal length, got "
-                             f"{capacity}, {src.shape}, {dst.shape}")
+    def _remap(self, capacity: int, src: np.ndarray, dst: np.ndarray) -> None:
+        # only the per-item tables move; nothing is decoded or re-encoded
         L = self.chunk_len
-        n_new = -(-capacity // L)
-        if src.size and (src.min() < 0 or src.max() >= self.nchunks_total or dst.min() < 0
-                         or dst.max() >= n_new or np.unique(dst).size != dst.size):
-            raise IndexError(f"{self.name}: remap chunks out of range or duplicated")
-        rows_new = np.minimum(L, capacity - dst * L)
-        rows_old = np.minimum(L, self.capacity - src * L)
-        if not np.array_equal(rows_new, rows_old):
-            raise ValueError(f"{self.name}: remap would change the row count of a chunk")
-        with self._lock:
-            self._check_open()
-            keep = np.zeros(self.nchunks_total, bool)
-            keep[src] = True
-            self.discard_chunks(np.flatnonzero(self._stored & ~keep))
-            old_ids = np.repeat(src * L, rows_old) + ranks(rows_old)
-            new_ids = np.repeat(dst * L, rows_new) + ranks(rows_new)
-            items = self._blank_items(capacity)
-            items[new_ids] = self._items[old_ids]
-            stored = np.zeros(n_new, bool)
-            stored[dst] = self._stored[src]
-            moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
-            opened = OrderedDict((moved[c], e) for c, e in self._open.items() if c in moved)
-            # one step: the tables, the open chunks and the capacity always agree
-            self.__dict__.update(_items=items, _stored=stored, capacity=capacity, _open=opened)
-            self._policy.reset()
+        rows = np.minimum(L, self.capacity - src * L)
+        keep = np.zeros(self.nchunks_total, bool)
+        keep[src] = True
+        self.discard_chunks(np.flatnonzero(self._stored & ~keep))
+        old_ids = np.repeat(src * L, rows) + ranks(rows)
+        new_ids = np.repeat(dst * L, rows) + ranks(rows)
+        items = self._blank_items(capacity)
+        items[new_ids] = self._items[old_ids]
+        stored = np.zeros(-(-capacity // L), bool)
+        stored[dst] = self._stored[src]
+        moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
+        opened = OrderedDict((moved[c], e) for c, e in self._open.items() if c in moved)
+        # one step: the tables, the open chunks and the capacity always agree
+        self.__dict__.update(_items=items, _stored=stored, capacity=capacity, _open=opened)
+        self._policy.reset()
 
     def discard_chunks(self, chunks: np.ndarray) -> None:
         """Free whole chunks (stored or open) by index."""
@@ -507,26 +441,47 @@ class DeviceArray:
     def take(self, ids: Any) -> Any:
         """Items at ``ids`` as one tensor on the device: ``(*ids.shape, *item_shape)``.
 
-        ``ids`` is a host integer array with values in ``-1 .. capacity - 1``; ``-1``
-        gives an all-zero item (unlike ``ChunkedArray.take``, negative ids do not
-        count from the end). The read is one upload and a fixed number of torch ops,
-        whatever ``len(ids)``, and never waits for the device.
+        ``ids`` is a host integer array (negative ids count from the end) or a boolean
+        mask, as :meth:`ChunkedArray.take <chunkstore.ChunkedArray.take>` reads it;
+        ``-1`` as "no item" is :meth:`take_padded`. The read is one upload and a fixed
+        number of torch ops, whatever ``len(ids)``, and never waits for the device.
         """
-        if self._tdtype is None:
-            raise TypeError(f"{self.name}: torch has no dtype for {self.dtype}; use take_bytes()")
-        return self._take(ids, typed=True)
+        return self._take(normalize_indices(ids, self.capacity, self.name), typed=True)
 
-    def take_bytes(self, ids: Any) -> Any:
-        """Like :meth:`take`, as raw bytes: uint8 ``(*ids.shape, *item_shape, itemsize)``."""
+    def take_padded(self, ids: Any) -> Any:
+        """Items at ``ids`` (``-1 .. capacity - 1``), where ``-1`` is an all-zero item; a device tensor."""
+        return self._take(self._padded_ids(ids), typed=True)
+
+    def take_bytes(self, ids: Any, *, padded: bool = False) -> Any:
+        """Like :meth:`take` (:meth:`take_padded` if ``padded``), as raw bytes: uint8
+        ``(*ids.shape, *item_shape, itemsize)`` (for dtypes torch lacks too)."""
+        ids = self._padded_ids(ids) if padded else normalize_indices(ids, self.capacity, self.name)
         return self._take(ids, typed=False)
 
-    def _take(self, ids: Any, typed: bool) -> Any:
+    def take_into(self, ids: Any, out: Any) -> Any:
+        """``out[...] = take_padded(ids)``: ``out`` a tensor (copied on the device) or a numpy array
+        (a copy to the host: never a sample's path)."""
+        got = self.take_padded(ids)
+        if isinstance(out, np.ndarray):
+            out[...] = got.cpu().numpy()
+        else:
+            out.copy_(got)
+        return out
+
+    def _padded_ids(self, ids: Any) -> np.ndarray:
         ids = np.asarray(ids)
         if ids.size and ids.dtype.kind not in "iu":
             raise IndexError(f"{self.name}: ids must be integers, got dtype {ids.dtype}")
-        flat = ids.reshape(-1).astype(np.int64, copy=False)
-        if flat.size and (int(flat.min()) < -1 or int(flat.max()) >= self.capacity):
+        ids = ids.astype(np.int64, copy=False)
+        if ids.size and (int(ids.min()) < -1 or int(ids.max()) >= self.capacity):
             raise IndexError(f"{self.name}: ids must lie in -1..{self.capacity - 1}")
+        return ids
+
+    def _take(self, ids: np.ndarray, typed: bool) -> Any:
+        """The items of checked int64 ``ids`` (``-1``: zeros) as a tensor (``typed``) or bytes."""
+        if typed and self._tdtype is None:
+            raise TypeError(f"{self.name}: torch has no dtype for {self.dtype}; use take_bytes()")
+        flat = ids.reshape(-1)
         torch = self._torch
         with self._lock:
             self._check_open()

@@ -8,6 +8,7 @@
 * :mod:`~chunkstore.hdf5._groups` -- how format 3 packs chunks into HDF5 chunks.
 * :mod:`~chunkstore.hdf5.verify` -- :func:`verify` / :func:`verify_report`.
 * :mod:`~chunkstore.hdf5.checksum` -- the one CRC32 helper.
+* :mod:`~chunkstore.hdf5.observations` -- :func:`read_observations` (one array's stored items, for tools).
 
 Layout (format version 3)::
 
@@ -132,6 +133,7 @@ Examples
 from __future__ import annotations
 
 from chunkstore.hdf5._layout import FORMAT_NAME, FORMAT_VERSION, PRIVATE_FILTER_ID
+from chunkstore.hdf5.observations import read_observations
 from chunkstore.hdf5.reader import Store, chunk_spans, load
 from chunkstore.hdf5.source import ChunkSource
 from chunkstore.hdf5.verify import Problem, VerifyReport, verify, verify_report
@@ -147,6 +149,7 @@ __all__ = [
     "VerifyReport",
     "chunk_spans",
     "load",
+    "read_observations",
     "save",
     "verify",
     "verify_report",

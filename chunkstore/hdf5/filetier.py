@@ -49,9 +49,7 @@ import numpy as np
 
 from chunkstore.errors import CorruptChunkError, FileChangedError, UnknownRefError
 from chunkstore.hdf5.checksum import check_crc
-from chunkstore.tiers._base import ChunkRef, Tier
-from chunkstore.tiers._segments import AddressTable
-from chunkstore.tiers.memory import MemoryTier
+from chunkstore.tiers import AddressTable, ChunkRef, MemoryTier, Tier
 
 __all__ = ["FileChunk", "FileTier", "MappedFile"]
 

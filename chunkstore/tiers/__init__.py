@@ -9,14 +9,18 @@ chunks are released.
 * :class:`DeviceTier` -- torch uint8 segments on ``cpu`` or ``cuda`` (storage only: chunks
   are copied back and decoded on the host; GPU sampling is :mod:`chunkstore.device`).
 * :class:`HybridTier` -- newest segments in RAM under a budget, older ones spilled to disk.
+
+For tiers built elsewhere (``chunkstore.hdf5.filetier``): :class:`AddressTable`, the
+segment address table the native read path takes (it keeps the storage alive).
 """
 
 from __future__ import annotations
 
 from chunkstore.tiers._base import ChunkRef, Tier
+from chunkstore.tiers._segments import AddressTable
 from chunkstore.tiers.device import DeviceTier
 from chunkstore.tiers.disk import DiskTier
 from chunkstore.tiers.hybrid import HybridTier
 from chunkstore.tiers.memory import MemoryTier
 
-__all__ = ["ChunkRef", "DeviceTier", "DiskTier", "HybridTier", "MemoryTier", "Tier"]
+__all__ = ["AddressTable", "ChunkRef", "DeviceTier", "DiskTier", "HybridTier", "MemoryTier", "Tier"]

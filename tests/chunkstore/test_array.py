@@ -1,4 +1,4 @@
-"""ChunkedArray against a plain numpy array: every codec, every dtype, every tier."""
+"""ChunkedArray against a plain numpy array: every codec, every dtype (the contract on every tier: test_array_contract.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from chunkstore import ChunkedArray, CorruptChunkError, LRUChunkCache, MemoryTier
 from chunkstore.codecs import codec_names, get_codec
+from chunkstore.testing.arrays import ArrayMachine
 
 DTYPES = [np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64, np.bool_]
 SHAPES = [(), (3,), (2, 5), (4, 6, 6), (3, 210, 160)]
@@ -51,58 +52,23 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
     assert np.array_equal(got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8))
 
 
-class ChunkedArrayMachine(RuleBasedStateMachine):
-    """Drives a ChunkedArray and a numpy array side by side; compares after every step."""
+class ChunkedArrayMachine(ArrayMachine):
+    """The array contract (:class:`chunkstore.testing.arrays.ArrayMachine`: writes, discards,
+    remaps and reads beside a numpy array) with every codec, dtype and cache, and what only a
+    ChunkedArray has: ``out=``, ``arr[i]``, pickles, the tier's accounting."""
 
-    @initialize(
-        codec=st.sampled_from(CODECS),
-        dtype=st.sampled_from(DTYPES),
-        shape=st.sampled_from(SHAPES),
-        chunk_len=st.sampled_from([1, 3, 8, 16]),
-        cache=st.sampled_from([0, 1 << 16, 1 << 22]),
-        seed=st.integers(0, 2**32 - 1),
-    )
-    def setup(self, codec, dtype, shape, chunk_len, cache, seed):
-        item_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        capacity = int(max(5, min(60, 2_000_000 // max(item_bytes, 1))))
-        self.rng = np.random.default_rng(seed)
-        self.arr = ChunkedArray(capacity, shape, dtype, chunk_len=chunk_len, codec=codec, cache=cache)
-        self.model = np.zeros((capacity, *shape), dtype=dtype)
-        self.pos = 0
+    dtypes = DTYPES
+    shapes = SHAPES
+    max_capacity = 60
+    chunk_lens = st.sampled_from([1, 3, 8, 16])
+
+    def make(self, data, capacity, item_shape, dtype, **kw):
+        codec = data.draw(st.sampled_from(CODECS), label="codec")
+        cache = data.draw(st.sampled_from([0, 1 << 16, 1 << 22]), label="cache")
+        return ChunkedArray(capacity, item_shape, dtype, codec=codec, cache=cache, **kw)
 
     def _indices(self, n: int) -> np.ndarray:
         return self.rng.integers(-self.model.shape[0], self.model.shape[0], size=n)
-
-    @rule(n=st.integers(1, 20))
-    def ring_write(self, n):
-        """Sequential writes that wrap around, as a replay buffer does."""
-        items = random_items(self.rng, n, self.model.shape[1:], self.model.dtype)
-        for item in items:
-            self.arr[self.pos] = item
-            self.model[self.pos] = item
-            self.pos = (self.pos + 1) % self.model.shape[0]
-
-    @rule(data=st.data())
-    def write_slice(self, data):
-        cap = self.model.shape[0]
-        start = data.draw(st.integers(0, cap - 1))
-        stop = data.draw(st.integers(start, cap))
-        items = random_items(self.rng, stop - start, self.model.shape[1:], self.model.dtype)
-        self.arr[start:stop] = items
-        self.model[start:stop] = items
-
-    @rule(n=st.integers(1, 12))
-    def write_indices(self, n):
-        idx = self._indices(n)
-        items = random_items(self.rng, n, self.model.shape[1:], self.model.dtype)
-        self.arr[idx] = items
-        for i, item in zip(idx, items, strict=True):  # numpy's fancy assignment: the last write wins
-            self.model[i] = item
-
-    @rule(n=st.integers(0, 40))
-    def read_indices(self, n):
-        idx = self._indices(n)
-        assert_same_bits(self.arr[idx], self.model[idx])
 
     @rule(n=st.integers(1, 20))
     def read_into_out(self, n):
@@ -118,20 +84,9 @@ class ChunkedArrayMachine(RuleBasedStateMachine):
         assert_same_bits(self.arr[i], self.model[i])
 
     @rule()
-    def flush(self):
+    def flush_seals_everything(self):
         self.arr.flush()
         assert not self.arr.nopen
-
-    @rule(data=st.data())
-    def discard(self, data):
-        cap, L = self.model.shape[0], self.arr.chunk_len
-        start = data.draw(st.integers(0, cap))
-        stop = data.draw(st.integers(start, cap))
-        self.arr.discard(start, stop)
-        for c in range(-(-start // L), self.arr.nchunks_total):
-            lo, hi = c * L, min(cap, (c + 1) * L)
-            if hi <= stop:
-                self.model[lo:hi] = 0
 
     @precondition(lambda self: self.model.nbytes < 400_000)
     @rule()
@@ -140,12 +95,15 @@ class ChunkedArrayMachine(RuleBasedStateMachine):
         assert_same_bits(np.asarray(clone), self.model)
 
     @invariant()
-    def matches_model(self):
-        assert_same_bits(np.asarray(self.arr), self.model)
+    def reads_as_numpy(self):
+        if hasattr(self, "arr"):
+            assert_same_bits(np.asarray(self.arr), self.model)
 
     @invariant()
     def accounting_matches_tier(self):
         """The tier holds exactly the sealed chunks' bytes: no hidden copies."""
+        if not hasattr(self, "arr"):
+            return
         stored = self.arr.stored_chunks()
         assert self.arr.tier.used_nbytes == sum(len(self.arr.chunk_bytes(int(c))) for c in stored)
         assert self.arr.cbytes == self.arr.tier.used_nbytes + self.arr.open_nbytes

@@ -285,3 +285,73 @@ def test_codec_names_are_canonical_and_parse():
             continue
         assert get_codec(name).name == name
         assert get_codec("xor+" + name).name == "xor+" + name
+
+
+# -- register_codec: a new codec is one call -------------------------------------------------------
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """The codec registry as it is, restored after the test (registrations are process-wide)."""
+    from chunkstore.codecs import _registry
+
+    for name in ("_ENTRIES", "_BY_ID", "_BY_NAME", "_BY_PREFIX"):
+        monkeypatch.setattr(_registry, name, type(getattr(_registry, name))(getattr(_registry, name)))
+    return _registry
+
+
+def test_register_codec_makes_a_codec_known_everywhere(registry, tmp_path):
+    import numpy as np
+
+    from chunkstore import ChunkedArray, register_codec
+    from chunkstore.codecs._base import LevelledCodec
+    from chunkstore.hdf5 import load, save
+
+    class Reversed(LevelledCodec):  # bytes reversed: enough to prove the round trips
+        codec_id = "reversed-test"
+        LEVELS = range(0, 4)
+        DEFAULT_LEVEL = 1
+
+        def encode(self, arr):
+            return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)[::-1].tobytes()
+
+        def decode(self, buf, out=None):
+            raw = np.frombuffer(bytes(buf), np.uint8)[::-1]
+            if out is None:
+                return raw.copy()
+            out.reshape(-1).view(np.uint8)[:] = raw
+            return out
+
+    assert register_codec(Reversed, levelled="rev", forms="  rev | rev/<L>  (a test codec)") is Reversed
+    assert get_codec("REV/3").level == 3 and get_codec("rev2").level == 2 and get_codec("rev").level == 1
+    assert isinstance(get_codec("xor+rev/2").inner, Reversed)  # wrappers see it too
+    assert "rev/1" in codec_names()
+    assert codec_from_config({"id": "reversed-test", "level": 2}) == Reversed(level=2)
+    with pytest.raises(CodecConfigError, match="a test codec"):  # the list of valid names shows it
+        get_codec("rev/x")
+    arr = ChunkedArray(10, (3,), np.int32, chunk_len=4, codec="rev/2")
+    arr.write(0, np.arange(30, dtype=np.int32).reshape(10, 3))
+    save(tmp_path / "f.h5", {"a": arr})
+    with load(tmp_path / "f.h5") as store:
+        assert store.arrays["a"].codec == Reversed(level=2)
+        assert np.array_equal(store.arrays["a"][:], arr[:])
+
+
+def test_register_codec_refuses_clashes_and_non_codecs(registry):
+    from chunkstore import register_codec
+
+    class Other(NoneCodec):
+        codec_id = "zstd"
+
+    with pytest.raises(ValueError, match="codec id 'zstd' is taken by ZstdCodec"):
+        register_codec(Other)
+    Other.codec_id = "other-test"
+    with pytest.raises(ValueError, match="codec name 'rle' is taken"):
+        register_codec(Other, names=["RLE"])
+    with pytest.raises(ValueError, match="prefix 'lz4-block' is taken"):
+        register_codec(Other, levelled="lz4-block")
+    with pytest.raises(TypeError, match="Codec subclass"):
+        register_codec(dict)
+    before = codec_names()
+    assert register_codec(NoneCodec, names=["none"], forms="  none | rle") is NoneCodec  # again: replaces
+    assert codec_names() == before

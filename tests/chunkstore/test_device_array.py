@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import invariant
 
 from chunkstore import ChunkedArray, native
 from chunkstore.device import DeviceArray, RunFormat, torch_dtype
 from chunkstore.device.checks import HostReadError, NoHostReads, OpCounter
 from chunkstore.device.decode import decode
 from chunkstore.device.runs import cost_matrix, encode_items
+from chunkstore.testing.arrays import ArrayMachine
 
 DTYPES = [np.uint8, np.int16, np.float32, np.float64, np.bool_, np.complex64, np.uint64,
           np.dtype(">f4"), np.dtype([("a", "<u2"), ("b", "<f4")])]
@@ -49,7 +50,7 @@ def _item_nbytes(shape, dtype) -> int:
 
 
 def host_bytes(arr: DeviceArray, ids: np.ndarray) -> np.ndarray:
-    return arr.take_bytes(ids).cpu().numpy().reshape(len(ids), _item_nbytes(arr.item_shape, arr.dtype))
+    return arr.take_bytes(ids, padded=True).cpu().numpy().reshape(len(ids), _item_nbytes(arr.item_shape, arr.dtype))
 
 
 def want_bytes(model: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -62,7 +63,7 @@ def assert_reads(arr: DeviceArray, model: np.ndarray, ids: np.ndarray) -> None:
     want = want_bytes(model, ids)
     assert np.array_equal(host_bytes(arr, ids), want)
     if torch_dtype(arr.dtype) is not None:
-        got = arr.take(ids)
+        got = arr.take_padded(ids)
         assert got.dtype == torch_dtype(arr.dtype) and tuple(got.shape) == (len(ids), *arr.item_shape)
         got = np.ascontiguousarray(got.cpu().numpy()).view(np.uint8)
         assert np.array_equal(got.reshape(want.shape), want)
@@ -71,123 +72,38 @@ def assert_reads(arr: DeviceArray, model: np.ndarray, ids: np.ndarray) -> None:
 # -- the state machine ----------------------------------------------------------------------------
 
 
-class DeviceArrayMachine(RuleBasedStateMachine):
-    """Drives a DeviceArray and a numpy array side by side; compares after every step."""
+class DeviceArrayMachine(ArrayMachine):
+    """The array contract (:class:`chunkstore.testing.arrays.ArrayMachine`) with every dtype (those
+    torch lacks read as bytes), device budgets that spill segments, and the live chunks."""
 
-    @initialize(
-        dtype=st.sampled_from(DTYPES),
-        shape=st.sampled_from(SHAPES),
-        capacity=st.integers(1, 40),
-        chunk_len=st.integers(1, 6),
-        max_open=st.integers(1, 3),
-        budget=st.sampled_from([None, 0, 1, 3]),  # in segments
-        seed=st.integers(0, 2**32 - 1),
-    )
-    def setup(self, dtype, shape, capacity, chunk_len, max_open, budget, seed):
-        self.rng = np.random.default_rng(seed)
-        fmt = RunFormat.for_item(max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize))
-        seg = max(64, 4 * fmt.record_bound)
-        seg = -(-seg // 8) * 8
-        self.arr = DeviceArray(capacity, shape, dtype, chunk_len=chunk_len, max_open=max_open,
-                               segment_bytes=seg, budget_bytes=None if budget is None else budget * seg)
-        self.model = np.zeros((capacity, *shape), dtype)
-        self.live: set[int] = set()
-        self.base = items_like(self.rng, 1, shape, dtype)[0]
+    dtypes = DTYPES
+    shapes = SHAPES
 
-    def _items(self, n):
-        return items_like(self.rng, n, self.arr.item_shape, self.arr.dtype, self.base)
+    def make(self, data, capacity, item_shape, dtype, **kw):
+        budget = data.draw(st.sampled_from([None, 0, 1, 3]), label="budget")  # in segments
+        fmt = RunFormat.for_item(max(1, _item_nbytes(item_shape, dtype)))
+        seg = -(-max(64, 4 * fmt.record_bound) // 8) * 8
+        return DeviceArray(capacity, item_shape, dtype, segment_bytes=seg,
+                           budget_bytes=None if budget is None else budget * seg, **kw)
 
-    def _touch(self, ids):
-        self.live.update((np.asarray(ids) // self.arr.chunk_len).tolist())
-
-    @rule(data=st.data())
-    def write_run(self, data):
-        cap = self.arr.capacity
-        start = data.draw(st.integers(0, cap - 1))
-        n = data.draw(st.integers(1, cap - start))
-        items = self._items(n)
-        self.arr.write(start, items)
-        self.model[start:start + n] = items
-        self._touch(np.arange(start, start + n))
-
-    @rule(data=st.data())
-    def set_one(self, data):
-        i = data.draw(st.integers(-self.arr.capacity, self.arr.capacity - 1))
-        item = self._items(1)[0]
-        self.arr[i] = item
-        self.model[i] = item
-        self._touch([i % self.arr.capacity])
-
-    @rule(data=st.data())
-    def put_many(self, data):
-        idx = np.array(data.draw(st.lists(st.integers(0, self.arr.capacity - 1), min_size=1, max_size=12)))
-        vals = self._items(len(idx))
-        self.arr.put(idx, vals)
-        for i, v in zip(idx, vals, strict=True):  # the last write to an index wins
-            self.model[i] = v
-        self._touch(idx)
-
-    @rule(data=st.data())
-    def discard(self, data):
-        cap, L = self.arr.capacity, self.arr.chunk_len
-        start = data.draw(st.integers(0, cap))
-        stop = data.draw(st.integers(start, cap))
-        self.arr.discard(start, stop)
-        first, last = -(-start // L), (stop // L if stop < cap else self.arr.nchunks_total)
-        for c in range(first, last):
-            self.model[c * L:(c + 1) * L] = 0
-            self.live.discard(c)
-
-    @rule(data=st.data())
-    def remap(self, data):
-        """Ring growth (or shrinking): chunks move to new places, the rest is freed."""
-        L, cap = self.arr.chunk_len, self.arr.capacity
-        new_cap = data.draw(st.integers(1, 2 * cap + L))
-        n_old, n_new = -(-cap // L), -(-new_cap // L)
-        rows_old = np.minimum(L, cap - np.arange(n_old) * L)
-        rows_new = np.minimum(L, new_cap - np.arange(n_new) * L)
-        src, dst = [], []
-        free = list(self.rng.permutation(n_new))
-        for c in self.rng.permutation(n_old).tolist():
-            fits = [d for d in free if rows_new[d] == rows_old[c]]
-            if fits and data.draw(st.booleans()):
-                src.append(c)
-                dst.append(fits[0])
-                free.remove(fits[0])
-        self.arr.remap(new_cap, np.array(src, np.int64), np.array(dst, np.int64))
-        model = np.zeros((new_cap, *self.arr.item_shape), self.arr.dtype)
-        live = set()
-        for s, d in zip(src, dst, strict=True):
-            model[d * L:d * L + rows_old[s]] = self.model[s * L:s * L + rows_old[s]]
-            if s in self.live:
-                live.add(d)
-        self.model, self.live = model, live
-
-    @rule()
-    def flush(self):
-        self.arr.flush()
-
-    @rule()
-    def clear(self):
-        self.arr.clear()
-        self.model[...] = 0
-        self.live.clear()
-
-    @rule(data=st.data())
-    def take_some(self, data):
-        ids = np.array(data.draw(st.lists(st.integers(-1, self.arr.capacity - 1), max_size=20)), np.int64)
-        assert_reads(self.arr, self.model, ids)
+    def read(self, ids, padded):
+        """The bytes (any dtype); typed reads compared with them where torch has the dtype."""
+        arr = self.arr
+        raw = np.ascontiguousarray(arr.take_bytes(ids, padded=padded).cpu().numpy())
+        got = raw.view(arr.dtype).reshape(*ids.shape, *arr.item_shape)
+        if torch_dtype(arr.dtype) is not None:
+            typed = arr.take_padded(ids) if padded else arr.take(ids)
+            assert typed.dtype == torch_dtype(arr.dtype)
+            assert tuple(typed.shape) == (*ids.shape, *arr.item_shape)
+            assert np.array_equal(np.ascontiguousarray(typed.cpu().numpy()).view(np.uint8).reshape(-1),
+                                  raw.reshape(-1))
+        return got
 
     @invariant()
-    def everything_matches(self):
-        if not hasattr(self, "arr"):
-            return
-        assert_reads(self.arr, self.model, np.arange(-1, self.arr.capacity))
-        assert self.arr.live_chunks().tolist() == sorted(self.live)
-
-    def teardown(self):
+    def live_chunks_are_the_written_ones(self):
         if hasattr(self, "arr"):
-            self.arr.close()
+            assert_reads(self.arr, self.model, np.arange(-1, self.arr.capacity))
+            assert self.arr.live_chunks().tolist() == sorted(self.live)
 
 
 _MACHINE_HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much]
@@ -271,10 +187,10 @@ def _frames_array(device="cpu", budget=None, n=600, seed=0, **kw) -> DeviceArray
 
 
 def _ops(arr: DeviceArray, ids: np.ndarray) -> int:
-    arr.take(ids)  # warm: both staging buffers (used in turn) sized for this batch
-    arr.take(ids)
+    arr.take_padded(ids)  # warm: both staging buffers (used in turn) sized for this batch
+    arr.take_padded(ids)
     with OpCounter() as c:
-        arr.take(ids)
+        arr.take_padded(ids)
     return c.total
 
 
@@ -294,9 +210,9 @@ def test_take_op_count_does_not_depend_on_batch_size(budget):
 def test_take_reads_nothing_on_the_host_cpu():
     arr = _frames_array()
     ids = np.random.default_rng(2).integers(-1, arr.capacity, 300)
-    arr.take(ids)
+    arr.take_padded(ids)
     with NoHostReads("cpu") as mode:
-        arr.take(ids)
+        arr.take_padded(ids)
     assert mode.seen["aten.index_select"] > 0  # the mode did see the decoder's ops
 
 
@@ -306,7 +222,7 @@ def test_take_runs_on_meta_without_host_reads():
     for n in (1, 64, 1000):
         ids = np.random.default_rng(n).integers(-1, arr.capacity, n)
         with NoHostReads("meta"):
-            out = arr.take(ids)
+            out = arr.take_padded(ids)
         assert out.device.type == "meta" and tuple(out.shape) == (n, 84, 84)
 
 
@@ -423,9 +339,13 @@ def test_bad_input_is_refused():
     with pytest.raises(IndexError):
         arr.take(np.array([10]))
     with pytest.raises(IndexError):
-        arr.take(np.array([-2]))
+        arr.take(np.array([-11]))
+    with pytest.raises(IndexError):
+        arr.take_padded(np.array([-2]))
     with pytest.raises(IndexError):
         arr.take(np.array([0.5]))
+    with pytest.raises(IndexError):
+        arr.take_padded(np.array([0.5]))
     with pytest.raises(IndexError):
         arr.write(9, np.zeros((2, 2), np.int16))
     with pytest.raises(ValueError, match="without loss"):  # a lossy cast: float into int16
@@ -441,6 +361,15 @@ def test_bad_input_is_refused():
     arr.close()
     with pytest.raises(ValueError, match="closed"):
         arr.take(np.array([0]))
+
+
+def test_take_into_a_tensor_copies_on_the_device():
+    arr = DeviceArray(10, (2,), np.int16, chunk_len=4)
+    arr.write(0, np.arange(20, dtype=np.int16).reshape(10, 2))
+    out = torch.full((3, 2), 99, dtype=torch.int16)
+    with NoHostReads("cpu"):
+        got = arr.take_into(np.array([3, -1, 9]), out)
+    assert got is out and out.tolist() == [[6, 7], [0, 0], [18, 19]]
 
 
 def test_context_manager_releases_device_memory():

@@ -1,4 +1,4 @@
-"""chunkstore.format: save/load round trips, plain-HDF5 readability, corruption, crash safety."""
+"""chunkstore.hdf5 (formerly chunkstore.format): save/load round trips, plain-HDF5 readability, corruption, crash safety."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from chunkstore import (
     LRUChunkCache,
     MemoryTier,
 )
-from chunkstore import format as fmt
+from chunkstore import hdf5 as fmt
 from chunkstore.codecs import codec_names, get_codec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -616,3 +616,17 @@ def test_spaces_round_trip_as_json():
             assert list(back.spaces) == ["z", "a"]  # order kept, not re-sorted
     with pytest.raises(TypeError, match="Text"):
         space_to_dict(spaces.Text(5))
+
+
+def test_the_former_module_name_is_deprecated_and_still_works():
+    """chunkstore.format (a module named after a builtin) warns once imported, and is chunkstore.hdf5."""
+    import importlib
+    import sys
+
+    from chunkstore import hdf5
+
+    sys.modules.pop("chunkstore.format", None)
+    with pytest.warns(DeprecationWarning, match=r"chunkstore\.format is deprecated: import chunkstore\.hdf5"):
+        old = importlib.import_module("chunkstore.format")
+    assert old.save is hdf5.save and old.load is hdf5.load and old.read_observations is hdf5.read_observations
+    assert set(old.__all__) <= set(hdf5.__all__)

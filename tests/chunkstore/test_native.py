@@ -30,7 +30,7 @@ from chunkstore import (
     MemoryTier,
     native,
 )
-from chunkstore import format as fmt
+from chunkstore import hdf5 as fmt
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native layer: {native.unavailable_reason()}")
 

@@ -34,7 +34,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 from chunkstore import ChunkedArray, CorruptChunkError, FormatError, get_codec
-from chunkstore import format as fmt
+from chunkstore import hdf5 as fmt
 from sb3_integration import (
     CompressedDictReplayBuffer,
     CompressedNStepReplayBuffer,
