@@ -333,7 +333,10 @@ def _native_writer() -> Any:
     if not native.available():
         return None
     if _WRITER is None:
-        from sb3_integration import _native_put
+        from chunkstore.native._guard import interrupts_deferred
+
+        with interrupts_deferred():  # its kernels are guarded from here on (chunkstore.native._guard)
+            from sb3_integration import _native_put
 
         _WRITER = _native_put
     return _WRITER

@@ -35,6 +35,7 @@ from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
+from chunkstore.native._guard import guard_module
 from chunkstore.native._kernels import _memcpy, _u8ptr
 
 __all__ = ["GROW", "NEED_OPEN", "NPARAMS", "SLOW", "RowWriter", "as_u8", "memcmp_address", "put_pairs",
@@ -371,3 +372,6 @@ def as_u8(x: np.ndarray) -> np.ndarray | None:
         return x.view(np.uint8)
     except ValueError:  # a 0-d array, say
         return None
+
+
+guard_module(globals())  # kernels load with Ctrl-C held off (chunkstore.native._guard)
