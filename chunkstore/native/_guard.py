@@ -37,13 +37,13 @@ def interrupts_deferred() -> Iterator[None]:
         yield
         return
     old: dict[int, Any] = {}
-    for sig in signal.valid_signals():  # first, with no side effect: what to restore
+    for valid in signal.valid_signals():  # first, with no side effect: what to restore
         try:
-            handler = signal.getsignal(sig)
+            handler = signal.getsignal(valid)
         except (OSError, ValueError):  # pragma: no cover - a signal Python cannot ask about
             continue
         if callable(handler):
-            old[sig] = handler
+            old[int(valid)] = handler
     pending: list[tuple[int, Any]] = []
     state = {"holding": True}
 
