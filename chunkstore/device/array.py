@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.casting import lossless_cast
+from chunkstore.device._fork import note_cpu_store
 from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
 from chunkstore.device.dtypes import torch_dtype
@@ -146,6 +147,8 @@ class DeviceArray:
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"{self.name}: CUDA is not available here; use device='cpu'")
+        if self.device.type == "cpu":
+            note_cpu_store(torch)  # forked children keep off OpenMP's dead threads (chunkstore.device._fork)
         self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
         self.fmt = RunFormat.for_item(max(self._item_nbytes, 1))
         self._tdtype = torch_dtype(self.dtype)
