@@ -124,8 +124,10 @@ def make(kind: str, tier: str, tmp: Path):
     ref_cls, our_cls = {"replay": (ReplayBuffer, CompressedReplayBuffer),
                         "dict": (DictReplayBuffer, CompressedDictReplayBuffer),
                         "nstep": (NStepReplayBuffer, CompressedNStepReplayBuffer)}[kind]
-    kw = {"tier": {"disk": lambda: DiskTier(tmp, segment_bytes=1 << 16),
-                   "hybrid": lambda: HybridTier(1 << 17, tmp, segment_bytes=1 << 16)}.get(tier)}
+    kw: dict = {"tier": {"disk": lambda: DiskTier(tmp, segment_bytes=1 << 16),
+                         "hybrid": lambda: HybridTier(1 << 17, tmp, segment_bytes=1 << 16)}.get(tier)}
+    if tier == "device":  # frames on buffer_device="cpu", a heap of 1 MiB: the oldest segments spill
+        kw = {"buffer_device": "cpu", "heap_bytes": 1 << 20}
     act = spaces.Discrete(6)
     return ref_cls(1000, space, act, "cpu"), our_cls(1000, space, act, "cpu", **kw)
 
@@ -135,11 +137,13 @@ def transitions(kind: str, n: int):
 
     tr = collect_stacked("Pong", n, 1, 0)
     rng = np.random.default_rng(0)
+    vec = rng.uniform(-1, 1, (1, 2)).astype(np.float32)
     for t in range(n):
         obs, nxt = tr.obs[t], tr.next_obs[t]
-        if kind == "dict":
-            vec = rng.uniform(-1, 1, (1, 2)).astype(np.float32)
-            obs, nxt = {"img": obs, "vec": vec}, {"img": nxt, "vec": vec}
+        if kind == "dict":  # a float vector key: the next one differs (and begins the next step)
+            new = rng.uniform(-1, 1, (1, 2)).astype(np.float32)
+            obs, nxt = {"img": obs, "vec": vec}, {"img": nxt, "vec": new}
+            vec = rng.uniform(-1, 1, (1, 2)).astype(np.float32) if tr.dones[t][0] else new
         yield obs, nxt, tr.actions[t], tr.rewards[t], tr.dones[t], tr.infos[t]
 
 
