@@ -194,17 +194,16 @@ def test_an_interrupt_anywhere_in_add_with_two_envs(kind, tier, tmp_path):
 @pytest.mark.parametrize("kind, tier, budget", [
     ("replay", "memory", None), ("dict", "memory", None), ("nstep", "memory", None),  # every position
     ("replay", "disk", 200), ("replay", "hybrid", 200), ("replay", "file", 200), ("dict", "file", 200),
-    ("nstep", "hybrid", 200), ("dict", "device", 150), ("nstep", "device", 150)])
+    ("nstep", "hybrid", 200), ("dict", "device", 15), ("nstep", "device", 15)])
 def test_every_interrupt_point_of_add(kind, tier, budget, tmp_path):
     for k in ADDS:
         run_add_cases(kind, tier, tmp_path, k, budget)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["dict", "nstep"])
-def test_many_interrupt_points_of_add_with_two_envs_on_the_device(kind, tmp_path):
+def test_more_interrupt_points_of_a_dict_add_with_two_envs_on_the_device(tmp_path):
     for k in ADDS:
-        run_add_cases(kind, "device", tmp_path, k, 60, n_envs=2)
+        run_add_cases("dict", "device", tmp_path, k, 10, n_envs=2)
 
 
 def test_an_interrupt_while_the_codec_trains(monkeypatch, tmp_path):
