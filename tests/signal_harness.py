@@ -167,6 +167,7 @@ def run_adds(kind: str, tier: str, seconds: float, seed: int) -> dict:
     out = {"adds": 0, "interrupted": 0, "accepted_interrupted": 0, "mismatches": 0, "errors": 0,
            "median_add_us": round(1e6 * float(np.median(took)), 1)}
     deadline = time.monotonic() + seconds
+    torn = None  # the step of an interrupted add that was not accepted (its row is torn, as SB3's would be)
     for step in steps:
         if time.monotonic() > deadline:
             break
@@ -183,6 +184,7 @@ def run_adds(kind: str, tier: str, seconds: float, seed: int) -> dict:
             continue
         out["adds"] += 1
         accepted = (ours.pos, ours.full) != before
+        torn = None if accepted else step
         if accepted:
             ref.add(*step)
         if hit:
@@ -190,6 +192,9 @@ def run_adds(kind: str, tier: str, seconds: float, seed: int) -> dict:
             out["accepted_interrupted"] += accepted
             if not rows_equal(ref, ours, skip=None if accepted else ours.pos):
                 out["mismatches"] += 1
+    if torn is not None:  # the run ended on an interrupted add: the user's next step retries it
+        ours.add(*torn)
+        ref.add(*torn)
     out["final_equal"] = rows_equal(ref, ours) and samples_equal(ref, ours, seed)
     ours.save(tmp / "end.h5")
     loaded = type(ours).load(tmp / "end.h5", device="cpu")
