@@ -75,26 +75,73 @@ class FrameWrites:
         def _streams(self, layout: StackLayout | None) -> dict[str, Any]: ...
 
     # -- writing -------------------------------------------------------------------
-    def put(self, which: int, row: int, x: np.ndarray) -> None:
-        """Store ``x`` (``(n_envs, *obs_shape)``, our dtype, validated by the caller) at ``[which, row]``."""
+    def put(self, which: int, row: int, x: np.ndarray, attempt: Any = None) -> None:
+        """Store ``x`` (``(n_envs, *obs_shape)``, our dtype, validated by the caller) at ``[which, row]``.
+
+        ``attempt`` (see :meth:`put_row`) makes a retried, uncommitted write leave no frame behind.
+        """
         with self._lock:
             self._check_open()
+            if attempt is not None:
+                self._begin_attempt(row, attempt)
             if self.layout is None:
                 self._put_pending(which, row, x)
             elif not self._put_native(row, (x,), (which,)):
                 self._put(which, row, x)
 
-    def put_row(self, row: int, stacks: Sequence[np.ndarray]) -> None:
+    def put_row(self, row: int, stacks: Sequence[np.ndarray], attempt: Any = None) -> None:
         """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers.
 
         Every env and every kind in one native call when it can (:mod:`sb3_integration._native_put`).
+
+        ``attempt`` is the owner's name for the write it is making (any value but None; the
+        buffers pass their count of committed adds): the same for every try of one add, new
+        once the add committed. A try that comes with the ``attempt`` of an earlier try first
+        undoes it (:meth:`abandon`): an add interrupted after its frames were written and
+        before its row committed leaves no frame live in the ring, so retries cannot
+        overflow it. With None the row is written as it comes.
         """
         with self._lock:
             self._check_open()
+            if attempt is not None:
+                self._begin_attempt(row, attempt)
             if self.layout is not None and self._put_native(row, stacks, range(len(stacks))):
                 return
             for which, x in enumerate(stacks):
                 self.put(which, row, x)
+
+    def _begin_attempt(self, row: int, attempt: Any) -> None:
+        """Undo an uncommitted earlier try of ``attempt``, then remember where this one starts."""
+        undo = self.__dict__.get("_undo")
+        if undo is not None and undo[0] == attempt:
+            self._roll_back(undo)
+        # nothing to undo while the layout is unknown: pending stacks are not in a stream
+        # (the put that decides the layout forgets this record: _decide installs _undo=None)
+        self.__dict__["_undo"] = None if self.layout is None else (attempt, row, self.heads.copy())  # one step
+
+    def abandon(self, attempt: Any) -> None:
+        """The owner's add ``attempt`` failed before it committed: its frames leave the streams.
+
+        Repeating it, or a later :meth:`put_row` with the same ``attempt``, is harmless. The
+        row being written reads as zeros until it is written again (it was torn anyway).
+        """
+        with self._lock:
+            undo = self.__dict__.get("_undo")
+            if undo is not None and undo[0] == attempt:
+                self._roll_back(undo)
+
+    def _roll_back(self, undo: tuple[Any, int, np.ndarray]) -> None:
+        """Streams back to where try ``undo`` began (one step; repeatable: it installs copies).
+
+        Frames past the old heads are invisible from then on, and are overwritten in place
+        by the next frames (a chunk sealed meanwhile is reopened). The streams are marked
+        stale (their last stacks may be the abandoned ones) and the row's descriptors
+        unwritten (they may point past the heads).
+        """
+        _, row, heads = undo
+        pads = self.pads.copy()
+        pads[:, row] = UNWRITTEN
+        self.__dict__.update(heads=heads.copy(), has_last=np.zeros(self.n_envs, bool), pads=pads)
 
     def _put_native(self, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
         """Store a row with one native call (:mod:`sb3_integration._native_put`); False if it cannot."""
@@ -272,7 +319,8 @@ class FrameWrites:
             self.pads[...] = UNWRITTEN  # every row reads as zeros from here on
             if self.frames is not None:
                 self.frames.clear()
-            fresh = {**self._blank(), **self._streams(self.layout), "layout": self.layout, "frames": self.frames}
+            fresh = {**self._blank(), **self._streams(self.layout), "layout": self.layout, "frames": self.frames,
+                     "_undo": None}
             self.__dict__.update(fresh)  # one step
 
 
@@ -285,7 +333,10 @@ def _native_writer() -> Any:
     if not native.available():
         return None
     if _WRITER is None:
-        from sb3_integration import _native_put
+        from chunkstore.native.guard import interrupts_deferred
+
+        with interrupts_deferred():  # its kernels are guarded from here on (chunkstore.native.guard)
+            from sb3_integration import _native_put
 
         _WRITER = _native_put
     return _WRITER

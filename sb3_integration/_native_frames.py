@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from chunkstore.native.guard import guard_module
+
 __all__ = ["stack_ids"]
 
 _WRAP = 1 << 32
@@ -46,3 +48,6 @@ def stack_ids(which, rows, envs, slots, deltas, pads, heads, depth, ring, out): 
                 q = pos - (depth - 1 - j)
                 out[i, j] = base + (q + ring if q < 0 else q)
     return nfar
+
+
+guard_module(globals())  # kernels load with Ctrl-C held off (chunkstore.native.guard)

@@ -35,6 +35,7 @@ from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
+from chunkstore.native.guard import guard_module
 from chunkstore.native.kernels import memcpy as _memcpy
 from chunkstore.native.kernels import u8ptr as _u8ptr
 
@@ -372,3 +373,6 @@ def as_u8(x: np.ndarray) -> np.ndarray | None:
         return x.view(np.uint8)
     except ValueError:  # a 0-d array, say
         return None
+
+
+guard_module(globals())  # kernels load with Ctrl-C held off (chunkstore.native.guard)

@@ -360,7 +360,7 @@ def install(fs: FrameStore, state: FrameStoreState) -> None:
         "far": {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()},
         "heads": state.heads, "released": state.released, "last_slot": state.last_slot,
         "last_pad": state.last_pad, "has_last": state.has_last, "used": [bool(u) for u in state.used],
-        "_pending": list(state.pending), "layout": state.layout,
+        "_pending": list(state.pending), "layout": state.layout, "_undo": None,
         "frames": frames if state.layout is not None else None,
         "last": state.last if state.layout is not None else None,
     }

@@ -270,6 +270,7 @@ class FrameStore(FrameWrites):
             "frames": None,
             "last": None,
             "_pending": [],
+            "_undo": None,  # where the owner's current try began (FrameWrites._begin_attempt)
             **self._streams(None),
         }
 

@@ -264,23 +264,33 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             # an interrupt anywhere below leaves only row pos torn (pos has not moved), and the
             # next add rewrites it: the frame stores keep every other row intact
             pos = self.pos
-            if self.full and pos % self.chunk_len == 0:  # frees whole chunks: once per chunk of rows
-                for store in self._stores.values():
-                    store.release_before((pos + 1) % self.buffer_size)
-            for key, store in self._stores.items():
-                store.put_row(pos, (obs_in[key], next_in[key]))
-            if self._columns is not None:
-                self._columns.write_row(pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
-            else:  # SB3's arrays, written as SB3 writes them (timeouts only when handled)
-                self.actions[pos], self.rewards[pos], self.dones[pos] = small[0], small[1], small[2]
-                if len(small) > 3:
-                    self.timeouts[pos] = small[3]
-            self._advance(pos)
+            attempt = self.__dict__.get("_commits", 0)  # this add's name for the frame stores
+            try:
+                if self.full and pos % self.chunk_len == 0:  # frees whole chunks: once per chunk of rows
+                    for store in self._stores.values():
+                        store.release_before((pos + 1) % self.buffer_size)
+                for key, store in self._stores.items():
+                    store.put_row(pos, (obs_in[key], next_in[key]), attempt=attempt)
+                if self._columns is not None:
+                    self._columns.write_row(pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
+                else:  # SB3's arrays, written as SB3 writes them (timeouts only when handled)
+                    self.actions[pos], self.rewards[pos], self.dones[pos] = small[0], small[1], small[2]
+                    if len(small) > 3:
+                        self.timeouts[pos] = small[3]
+                self._advance(pos)
+            except BaseException:
+                # not committed: the try's frames leave the streams now (and, should a second
+                # interrupt cut this short, at the retry, which comes with the same attempt)
+                if self.__dict__.get("_commits", 0) == attempt:
+                    for store in self._stores.values():
+                        store.abandon(attempt)
+                raise
 
     def _advance(self, pos: int) -> None:
-        """Row ``pos`` is written: move on, ``pos`` and ``full`` in one step (the add's commit)."""
+        """Row ``pos`` is written: move on, ``pos``, ``full`` and the count of adds in one step (the commit)."""
         wrap = pos + 1 == self.buffer_size
-        self.__dict__.update(pos=0 if wrap else pos + 1, full=self.full or wrap)
+        self.__dict__.update(pos=0 if wrap else pos + 1, full=self.full or wrap,
+                             _commits=self.__dict__.get("_commits", 0) + 1)
 
     def reset(self) -> None:
         with self._lock:

@@ -211,9 +211,16 @@ class _CompressedRolloutMixin(ClosableBuffer):
         before anything is written (SB3's errors, see :mod:`sb3_integration.sb3_ops`)."""
         checked, fields = check_rollout_add(self, obs, action, reward, episode_start, value, log_prob)
         _write_fields(self, fields)
-        for key, fs in self._stores.items():
-            fs.put(OBS, self.pos, checked[key])
-        _advance(self)
+        attempt = self.__dict__.get("_commits", 0)  # this add's name for the frame stores
+        try:
+            for key, fs in self._stores.items():
+                fs.put(OBS, self.pos, checked[key], attempt=attempt)
+            _advance(self)
+        except BaseException:  # not committed: the try's frames leave the streams (or at the retry)
+            if self.__dict__.get("_commits", 0) == attempt:
+                for fs in self._stores.values():
+                    fs.abandon(attempt)
+            raise
 
     def _reset_observations(self) -> None:
         if not self._stores:
@@ -383,8 +390,9 @@ def _write_fields(buf: Any, rows: list[np.ndarray]) -> None:
 
 
 def _advance(buf: Any) -> None:
-    """The row is written: ``pos`` and ``full`` move in one step (the add's commit)."""
-    buf.__dict__.update(pos=buf.pos + 1, full=buf.full or buf.pos + 1 == buf.buffer_size)
+    """The row is written: ``pos``, ``full`` and the count of adds move in one step (the add's commit)."""
+    buf.__dict__.update(pos=buf.pos + 1, full=buf.full or buf.pos + 1 == buf.buffer_size,
+                        _commits=buf.__dict__.get("_commits", 0) + 1)
 
 
 def _sample_fields(buf: Any, batch_inds: np.ndarray) -> list[th.Tensor]:

@@ -124,10 +124,13 @@ def make(kind: str, tier: str, tmp: Path):
     ref_cls, our_cls = {"replay": (ReplayBuffer, CompressedReplayBuffer),
                         "dict": (DictReplayBuffer, CompressedDictReplayBuffer),
                         "nstep": (NStepReplayBuffer, CompressedNStepReplayBuffer)}[kind]
-    kw = {"tier": {"disk": lambda: DiskTier(tmp, segment_bytes=1 << 16),
-                   "hybrid": lambda: HybridTier(1 << 17, tmp, segment_bytes=1 << 16)}.get(tier)}
+    kw: dict = {"tier": {"disk": lambda: DiskTier(tmp, segment_bytes=1 << 16),
+                         "hybrid": lambda: HybridTier(1 << 17, tmp, segment_bytes=1 << 16)}.get(tier)}
+    if tier == "device":  # frames on buffer_device="cpu", a heap of 1 MiB: the oldest segments spill
+        kw = {"buffer_device": "cpu", "heap_bytes": 1 << 20}
     act = spaces.Discrete(6)
-    return ref_cls(1000, space, act, "cpu"), our_cls(1000, space, act, "cpu", **kw)
+    rows = 256 if kind == "dict" else 1000  # dict: several laps of the ring in a run
+    return ref_cls(rows, space, act, "cpu"), our_cls(rows, space, act, "cpu", **kw)
 
 
 def transitions(kind: str, n: int):
@@ -137,9 +140,10 @@ def transitions(kind: str, n: int):
     rng = np.random.default_rng(0)
     for t in range(n):
         obs, nxt = tr.obs[t], tr.next_obs[t]
-        if kind == "dict":
-            vec = rng.uniform(-1, 1, (1, 2)).astype(np.float32)
-            obs, nxt = {"img": obs, "vec": vec}, {"img": nxt, "vec": vec}
+        if kind == "dict":  # a float vector key, fresh in every observation: two new frames per add, so the
+            # frame ring runs at its worst-case bound and a frame left behind by an interrupt overflows it
+            vec = rng.uniform(-1, 1, (2, 1, 2)).astype(np.float32)
+            obs, nxt = {"img": obs, "vec": vec[0]}, {"img": nxt, "vec": vec[1]}
         yield obs, nxt, tr.actions[t], tr.rewards[t], tr.dones[t], tr.infos[t]
 
 
@@ -163,6 +167,7 @@ def run_adds(kind: str, tier: str, seconds: float, seed: int) -> dict:
     out = {"adds": 0, "interrupted": 0, "accepted_interrupted": 0, "mismatches": 0, "errors": 0,
            "median_add_us": round(1e6 * float(np.median(took)), 1)}
     deadline = time.monotonic() + seconds
+    torn = None  # the step of an interrupted add that was not accepted (its row is torn, as SB3's would be)
     for step in steps:
         if time.monotonic() > deadline:
             break
@@ -179,6 +184,7 @@ def run_adds(kind: str, tier: str, seconds: float, seed: int) -> dict:
             continue
         out["adds"] += 1
         accepted = (ours.pos, ours.full) != before
+        torn = None if accepted else step
         if accepted:
             ref.add(*step)
         if hit:
@@ -186,6 +192,9 @@ def run_adds(kind: str, tier: str, seconds: float, seed: int) -> dict:
             out["accepted_interrupted"] += accepted
             if not rows_equal(ref, ours, skip=None if accepted else ours.pos):
                 out["mismatches"] += 1
+    if torn is not None:  # the run ended on an interrupted add: the user's next step retries it
+        ours.add(*torn)
+        ref.add(*torn)
     out["final_equal"] = rows_equal(ref, ours) and samples_equal(ref, ours, seed)
     ours.save(tmp / "end.h5")
     loaded = type(ours).load(tmp / "end.h5", device="cpu")

@@ -74,10 +74,13 @@ def tier_factory(kind: str, tmp_path: Path):
 
 
 def build(kind: str, tier: str, tmp_path: Path, n_envs: int = 1):
+    """SB3's buffer and ours; ``tier`` "device": frames on ``buffer_device="cpu"`` (a heap that spills)."""
     space = DICT_SPACE if kind == "dict" else SPACE
     kw = {"n_envs": n_envs, "chunk_len": CHUNK, "compression_method": "zstd3"}
     if tier in ("disk", "hybrid"):
         kw["tier"] = tier_factory(tier, tmp_path)
+    if tier == "device":
+        kw.update(buffer_device="cpu", heap_bytes=1 << 12)
     ref, ours = make_pair(kind, ROWS * n_envs, space, ACT, **kw)
     return ref, ours
 
@@ -138,11 +141,11 @@ def positions(total: int, budget: int | None, seed: int) -> list[int]:
     return sorted({1, total, *rng.choice(np.arange(1, total + 1), budget - 2, replace=False).tolist()})
 
 
-def run_add_cases(kind, tier, tmp_path, k, budget) -> int:
-    trs = transitions(k + 6, seed=k)
+def run_add_cases(kind, tier, tmp_path, k, budget, n_envs=1) -> int:
+    trs = transitions(k + 6, n_envs, seed=k)
 
     def prepared():
-        ref, ours = build(kind, tier, tmp_path)
+        ref, ours = build(kind, tier, tmp_path, n_envs)
         feed([ref, ours], trs[:k], kind)
         if tier == "file":
             ours = lazy_reload(ours, tmp_path, f"prefix{k}")
@@ -170,22 +173,37 @@ def run_add_cases(kind, tier, tmp_path, k, budget) -> int:
 ADDS = (0, 1, 6, 15, 16, 23)
 
 
-@pytest.mark.parametrize("tier", ["memory", "disk", "hybrid", "file"])
+@pytest.mark.parametrize("tier", ["memory", "disk", "hybrid", "file", "device"])
 @pytest.mark.parametrize("kind", ["replay", "dict", "nstep"])
 def test_an_interrupt_anywhere_in_add_leaves_every_other_row_intact(kind, tier, tmp_path):
-    budget = 40 if (kind, tier) == ("replay", "memory") else 8
+    budget = 40 if (kind, tier) == ("replay", "memory") else 5 if tier == "device" else 8
     cases = sum(run_add_cases(kind, tier, tmp_path, k, budget) for k in ADDS)
-    assert cases >= 6 * len(ADDS)
+    assert cases >= min(budget, 6) * len(ADDS)
+
+
+@pytest.mark.parametrize("tier", ["memory", "device"])
+@pytest.mark.parametrize("kind", ["replay", "dict", "nstep"])
+def test_an_interrupt_anywhere_in_add_with_two_envs(kind, tier, tmp_path):
+    """Two envs: a row is two streams per key; an interrupt between them tears only that row."""
+    adds = (1, 6, 16, 23)
+    cases = sum(run_add_cases(kind, tier, tmp_path, k, 4, n_envs=2) for k in adds)
+    assert cases >= 4 * len(adds)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, tier, budget", [
     ("replay", "memory", None), ("dict", "memory", None), ("nstep", "memory", None),  # every position
     ("replay", "disk", 200), ("replay", "hybrid", 200), ("replay", "file", 200), ("dict", "file", 200),
-    ("nstep", "hybrid", 200)])
+    ("nstep", "hybrid", 200), ("dict", "device", 15), ("nstep", "device", 15)])
 def test_every_interrupt_point_of_add(kind, tier, budget, tmp_path):
     for k in ADDS:
         run_add_cases(kind, tier, tmp_path, k, budget)
+
+
+@pytest.mark.slow
+def test_more_interrupt_points_of_a_dict_add_with_two_envs_on_the_device(tmp_path):
+    for k in ADDS:
+        run_add_cases("dict", "device", tmp_path, k, 10, n_envs=2)
 
 
 def test_an_interrupt_while_the_codec_trains(monkeypatch, tmp_path):
@@ -219,28 +237,31 @@ def test_an_interrupt_while_the_codec_trains(monkeypatch, tmp_path):
 
 
 # -- HER and the rollout buffers -----------------------------------------------------------------
-def her_pair():
+def her_pair(image: bool = True, n_envs: int = 1, device: str | None = None):
+    """SB3's HER buffer and ours on BitFlippingEnv: image observations (goals are vectors) or
+    every key a float vector; ``device``: our observations on ``buffer_device``."""
     from stable_baselines3 import HerReplayBuffer
     from stable_baselines3.common.envs import BitFlippingEnv
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from sb3_integration import CompressedHerReplayBuffer
 
-    env = DummyVecEnv([lambda: BitFlippingEnv(n_bits=6, continuous=True, image_obs_space=True, max_steps=5)])
+    env = DummyVecEnv([lambda: BitFlippingEnv(n_bits=6, continuous=True, image_obs_space=image, max_steps=5)
+                       for _ in range(n_envs)])
     env.seed(0)
-    kw = {"env": env, "device": "cpu", "n_sampled_goal": 2, "goal_selection_strategy": "future"}
-    ref = HerReplayBuffer(24, env.observation_space, env.action_space, **kw)
-    ours = CompressedHerReplayBuffer(24, env.observation_space, env.action_space, **kw, chunk_len=4,
-                                     compression_method="zstd3")
+    kw = {"env": env, "device": "cpu", "n_sampled_goal": 2, "goal_selection_strategy": "future", "n_envs": n_envs}
+    ref = HerReplayBuffer(24 * n_envs, env.observation_space, env.action_space, **kw)
+    ours = CompressedHerReplayBuffer(24 * n_envs, env.observation_space, env.action_space, **kw, chunk_len=4,
+                                     compression_method="zstd3", buffer_device=device)
     env.action_space.seed(0)
     obs, trs = env.reset(), []
     for _ in range(40):
-        action = np.array([env.action_space.sample()])
+        action = np.stack([env.action_space.sample() for _ in range(n_envs)])
         nxt, reward, done, infos = env.step(action)
         real = {k: v.copy() for k, v in nxt.items()}
-        if done[0]:
+        for e in np.flatnonzero(done):
             for k in real:
-                real[k][0] = infos[0]["terminal_observation"][k]
+                real[k][e] = infos[e]["terminal_observation"][k]
         trs.append((obs, real, action, reward, done, infos))
         obs = nxt
     return ref, ours, trs
@@ -256,13 +277,17 @@ def assert_her_equal(ref, ours, skip=None):
     assert np.array_equal(ours._current_ep_start, ref._current_ep_start)
 
 
-@pytest.mark.parametrize("k", [3, 9, 30])
-def test_her_add_interrupted_is_undone_or_completed(k):
-    _, ours0, trs = her_pair()
+HER_CASES = [(k, True, 1, None) for k in (3, 9, 30)] + [
+    (9, False, 1, None), (30, False, 2, None), (9, True, 1, "cpu"), (30, False, 1, "cpu"), (9, True, 2, "cpu")]
+
+
+@pytest.mark.parametrize("k, image, n_envs, device", HER_CASES)
+def test_her_add_interrupted_is_undone_or_completed(k, image, n_envs, device):
+    _, ours0, trs = her_pair(image, n_envs, device)
     feed([ours0], trs[:k], "her")
     total = count_events(lambda: ours0.add(*trs[k]))
-    for at in positions(total, 50, seed=k):
-        ref, ours, _ = her_pair()
+    for at in positions(total, 50 if (image, n_envs, device) == (True, 1, None) else 25, seed=k):
+        ref, ours, _ = her_pair(image, n_envs, device)
         feed([ref, ours], trs[:k], "her")
         before = (ours.pos, ours.full)
         interrupted(lambda ours=ours: ours.add(*trs[k]), at)

@@ -34,7 +34,8 @@ def run(*args: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, tier", [("replay", "memory"), ("replay", "disk"), ("replay", "hybrid"),
-                                        ("replay", "file"), ("dict", "memory"), ("nstep", "memory")])
+                                        ("replay", "file"), ("dict", "memory"), ("nstep", "memory"),
+                                        ("replay", "device"), ("dict", "device"), ("nstep", "device")])
 def test_random_interrupts_in_add(kind, tier):
     r = run(kind, tier)
     assert r["interrupted"] > 50, r  # the timer does land inside add()

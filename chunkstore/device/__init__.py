@@ -17,6 +17,8 @@ Knows nothing about RL. One idea per module:
 * :mod:`~chunkstore.device.indices`: ChunkedArray's indexing rules for the write side;
 * :mod:`~chunkstore.device.array`: :class:`DeviceArray`, ChunkedArray's write side
   with device-tensor reads;
+* :mod:`~chunkstore.device._fork`: forked children of a process with a CPU store keep
+  off OpenMP's threads, which do not survive ``fork()``;
 * :mod:`~chunkstore.device.checks`: dispatch modes that count a call's torch ops and
   fail on any op that reads device data on the host.
 """

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from chunkstore.native.guard import guard_module
+
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _next_diff(x, r, x8, r8, i):  # pragma: no cover - compiled
@@ -138,3 +140,6 @@ def copy_ranges(src, start, length, dst, dst_start):  # pragma: no cover - compi
         b = dst_start[i]
         for k in range(length[i]):
             dst[b + k] = src[a + k]
+
+
+guard_module(globals())  # kernels load with Ctrl-C held off (chunkstore.native.guard)

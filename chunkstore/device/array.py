@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.array.frontend import WriteFrontEnd, check_geometry
+from chunkstore.device._fork import note_cpu_store
 from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
 from chunkstore.device.dtypes import torch_dtype
@@ -134,6 +135,8 @@ class DeviceArray(WriteFrontEnd):
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"{self.name}: CUDA is not available here; use device='cpu'")
+        if self.device.type == "cpu":
+            note_cpu_store(torch)  # forked children keep off OpenMP's dead threads (chunkstore.device._fork)
         self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
         self.fmt = RunFormat.for_item(max(self._item_nbytes, 1))
         self._tdtype = torch_dtype(self.dtype)
@@ -336,6 +339,7 @@ class DeviceArray(WriteFrontEnd):
     def _seal_rows(self, c: int, rows: np.ndarray, vals: np.ndarray) -> None:
         """Encode items ``c * chunk_len + rows`` (values ``vals``) and replace their records."""
         ids = c * self.chunk_len + rows
+        self._stored[c] = True  # first: a chunk whose records may change is always one a snapshot keeps
         if ids.size and self._item_nbytes:
             items = np.ascontiguousarray(vals).reshape(len(ids), -1).view(np.uint8)
             before = int(self._items["ref"][ids[0] - 1]) if ids[0] > 0 else 0
@@ -343,12 +347,34 @@ class DeviceArray(WriteFrontEnd):
             meta = encode_items(items, self._pool.host[refs], self.fmt, self._scratch_for(len(ids)))
             new = np.empty(len(ids), self._entry)
             new["ref"], new["nw"], new["nv"] = refs, meta[:, 0], meta[:, 1]
-            new["addr"] = self._heap.put(self._scratch, meta[:, 2])
-            self._pool.incref(refs)
+            new["addr"] = -1
             old = self._items[ids]
-            self._items[ids] = new  # the one step: the items read their new records from here
-            self._free_records(old)
-        self._stored[c] = True
+            # take (records, reference counts), install in one step, give back the old ones. An
+            # interrupt before the install gives back what was taken; one after it gives back
+            # the old ones. Where a step may or may not have run (an interrupt as it returned)
+            # it is left alone: the worst is a record or a reference kept, never one freed twice
+            stage = 0
+            try:
+                new["addr"] = self._heap.put(self._scratch, meta[:, 2])
+                stage = 1
+                self._pool.incref(refs)
+                stage = 2
+                self._items[ids] = new  # the one step: the items read their new records from here
+                stage = 3
+                self._heap.release(old["addr"], self._record_sizes(old))
+                stage = 4
+                self._pool.decref(old["ref"])
+            except BaseException:
+                if not (self._items[ids] == new).all():  # not installed
+                    if stage >= 1:
+                        self._heap.release(new["addr"], self._record_sizes(new))
+                    if stage >= 2:
+                        self._pool.decref(refs)
+                elif stage <= 3:
+                    if stage <= 2:
+                        self._heap.release(old["addr"], self._record_sizes(old))
+                    self._pool.decref(old["ref"])
+                raise
 
     def _scratch_for(self, n: int) -> np.ndarray:
         need = n * self.fmt.record_bound

@@ -29,6 +29,7 @@ every record readable; the worst it leaves is bytes nobody can free (a leak).
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -68,20 +69,33 @@ class DeviceBudget:
         if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 0):
             raise ValueError(f"a device budget must be an integer >= 0 or None, got {limit!r}")
         self.limit = None if limit is None else int(limit)
-        self.used = 0
+        self._taken = 0  # bytes taken by hand (take/give)
+        # the heaps drawing on it: their slots are counted from the heaps themselves, so an
+        # interrupted allocation can never leave the count out of step with the memory
+        self._heaps: weakref.WeakSet[DeviceHeap] = weakref.WeakSet()
         self._lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        """Bytes in use: every heap's slots, plus what was taken by hand."""
+        return self._taken + sum(h.slot_nbytes for h in list(self._heaps))
 
     def room(self) -> int | None:
         """Bytes still free under the limit (None: unlimited)."""
         return None if self.limit is None else max(self.limit - self.used, 0)
 
+    def attach(self, heap: DeviceHeap) -> None:
+        """``heap`` draws on this budget (its slots count until it is closed or collected)."""
+        self._heaps.add(heap)
+
     def take(self, nbytes: int) -> None:
+        """Count ``nbytes`` more, held by something that is not a heap of this budget."""
         with self._lock:
-            self.used += int(nbytes)
+            self._taken += int(nbytes)
 
     def give(self, nbytes: int) -> None:
         with self._lock:
-            self.used = max(self.used - int(nbytes), 0)
+            self._taken = max(self._taken - int(nbytes), 0)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"limit": self.limit}
@@ -151,15 +165,13 @@ class DeviceHeap:
         self._live = np.zeros(0, np.int64)
         self._born = np.zeros(0, np.int64)
         self._host: list[np.ndarray | None] = []  # host bytes of spilled (and host-only) segments
-        self._free_ids: list[int] = []
-        self._used = np.zeros(0, bool)
+        self._used = np.zeros(0, bool)  # free segment ids and free slots are read from these tables
         self._clock = 0
         self._cur = -1  # the segment being appended to
         self._uploaded = 0  # bytes of the current segment already on the device
         self._mirrors = [StagingBuffer(torch, device), StagingBuffer(torch, device)]
         self.closed = False
         self._mirror: StagingBuffer | None = None  # the current segment's host bytes
-        self._free_slots: list[int] = []
         self._nslots = 0
         self._inbox = 0
         self.spills = 0  # segments moved to host RAM so far
@@ -169,7 +181,20 @@ class DeviceHeap:
         self.words: Any = None
         self.int64: Any = None
         self._allocate(0, _INBOX_START)
+        self.budget.attach(self)
 
+    # Interrupts (a KeyboardInterrupt between any two bytecodes): nothing here is kept in two
+    # places. Free segment ids, free slots and the budget's count are read from the segment
+    # tables (``_used``, ``_slot``) and ``_nslots``; the tables grow in one step; a segment is
+    # published (``_used``) only once its fields are set, and unpublished first when freed;
+    # a segment left dead and unfreed by an interrupted release is reclaimed when the next
+    # segment opens. At worst an interrupt leaves a record counted live that no item holds
+    # (its segment is then kept): memory, never a wrong read.
+
+    @property
+    def slot_nbytes(self) -> int:
+        """Device bytes of the slots (what the budget counts; 0 once closed)."""
+        return 0 if self.closed else self._nslots * self.segment_bytes
     # -- the arena ---------------------------------------------------------------------------
     @property
     def max_slots(self) -> int | None:
@@ -185,13 +210,9 @@ class DeviceHeap:
         if self.arena is not None and self._nslots:
             keep = self._nslots * self.segment_bytes
             arena[:keep].copy_(self.arena[:keep])
-        grown = (nslots - self._nslots) * self.segment_bytes
-        # one step: the views, the sizes and the new free slots always describe one arena
+        # one step: the views and the sizes always describe one arena (the budget counts _nslots)
         self.__dict__.update(arena=arena, bytes=arena, words=arena.view(self._word_dtype),
-                             int64=arena.view(torch.int64), _nslots=nslots, _inbox=inbox,
-                             _free_slots=self._free_slots + list(range(self._nslots, nslots)))
-        if grown:
-            self.budget.take(grown)
+                             int64=arena.view(torch.int64), _nslots=nslots, _inbox=inbox)
 
     @property
     def inbox_offset(self) -> int:
@@ -243,12 +264,12 @@ class DeviceHeap:
             host[offset:offset + data.size] = data
 
     def _open_segment(self) -> None:
-        seg = self._free_ids.pop() if self._free_ids else self._new_id()
-        self._fill[seg] = self._live[seg] = 0
-        self._born[seg] = self._clock
-        self._used[seg] = True
-        self._clock += 1
-        slot = self._take_slot()
+        for seg in np.flatnonzero(self._used & (self._live == 0)).tolist():  # left dead by an interrupt
+            if seg != self._cur:
+                self._free_segment(seg)
+        free = np.flatnonzero(~self._used)
+        seg = int(free[0]) if free.size else self._new_id()
+        slot = self._take_slot()  # free until the segment is published below
         if slot >= 0:  # two mirrors in turn: one may still be uploading the last segment
             mirror: StagingBuffer | None = self._mirrors[1]
             assert mirror is not None
@@ -257,32 +278,47 @@ class DeviceHeap:
         else:  # no device room at all (a zero budget): the segment lives in host RAM
             mirror = None
             self._host[seg] = np.empty(self.segment_bytes, np.uint8)
+        self._fill[seg] = self._live[seg] = 0
+        self._born[seg] = self._clock
+        self._clock += 1
         self._slot[seg] = slot
+        self._used[seg] = True  # published: its id and slot are taken from here on
         # one step: a reader sees either no current segment or this one with nothing uploaded
         self.__dict__.update(_cur=seg, _uploaded=0, _mirror=mirror,
                              _mirrors=self._mirrors[::-1] if mirror is not None else self._mirrors)
 
     def _new_id(self) -> int:
+        """Room for more segment ids in every table, in one step; the first new id."""
         seg = self._slot.size
-        self._slot = np.append(self._slot, -1)
-        self._fill = np.append(self._fill, 0)
-        self._live = np.append(self._live, 0)
-        self._born = np.append(self._born, 0)
-        self._used = np.append(self._used, False)
-        self._host.append(None)
+        n = max(4, seg)  # doubling: ids are few
+        self.__dict__.update(_slot=np.append(self._slot, np.full(n, -1, np.int64)),
+                             _fill=np.append(self._fill, np.zeros(n, np.int64)),
+                             _live=np.append(self._live, np.zeros(n, np.int64)),
+                             _born=np.append(self._born, np.zeros(n, np.int64)),
+                             _used=np.append(self._used, np.zeros(n, bool)),
+                             _host=self._host + [None] * n)
         return seg
 
+    def _free_slot(self) -> int:
+        """The lowest device slot no segment holds, or -1."""
+        held = np.zeros(self._nslots, bool)
+        on = self._slot[self._used & (self._slot >= 0)]
+        held[on] = True
+        free = np.flatnonzero(~held)
+        return int(free[0]) if free.size else -1
+
     def _take_slot(self) -> int:
-        """A free device slot: a recycled one, a new one (growing the arena), or a spilled one."""
-        if self._free_slots:
-            return self._free_slots.pop()
+        """A free device slot: an unused one, a new one (growing the arena), or a spilled one."""
+        slot = self._free_slot()
+        if slot >= 0:
+            return slot
         grow = max(self._nslots + 1, self._nslots * 5 // 4)  # a quarter more: little idle room
         room = self.budget.room()
         if room is not None:
             grow = min(grow, self._nslots + room // self.segment_bytes)
         if grow > self._nslots:
             self._allocate(grow, self._inbox)
-            return self._free_slots.pop()
+            return self._free_slot()
         if not self._device_segments().size:  # no device room at all: host RAM only
             return -1
         return self._spill_oldest()
@@ -338,13 +374,9 @@ class DeviceHeap:
                 self._free_segment(seg)
 
     def _free_segment(self, seg: int) -> None:
-        slot = int(self._slot[seg])
-        if slot >= 0:
-            self._free_slots.append(slot)
+        self._used[seg] = False  # first: its id and slot are free from here on
         self._slot[seg] = -1
         self._host[seg] = None
-        self._used[seg] = False
-        self._free_ids.append(seg)
 
     # -- reading -------------------------------------------------------------------------------
     def device_addresses(self, addrs: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -409,8 +441,7 @@ class DeviceHeap:
     def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
-        self.budget.give(self._nslots * self.segment_bytes)
+        self.closed = True  # the budget stops counting its slots
         for m in self._mirrors:
             m.release()
         self.arena = self.bytes = self.words = self.int64 = None

@@ -2,7 +2,7 @@
 
 Row 0 is the zero item (what unwritten, discarded and ``-1`` items decode to). Every
 other row is a reference some live items use; it counts them and is recycled when
-the count drops to zero. The host keeps a copy of every row (the encoder compares
+the count drops to zero (a row nobody counts is free). The host keeps a copy of every row (the encoder compares
 new items with them); rows are few (a new one only when it pays for its bytes,
 see :mod:`chunkstore.device.policy`), so the copy is small next to the records.
 """
@@ -45,17 +45,27 @@ class ReferencePool:
     def __init__(self, torch: Any, device: Any, item_nbytes: int) -> None:
         self._torch, self.device, self.item_nbytes = torch, device, int(item_nbytes)
         self.host = np.zeros((_START_ROWS, self.item_nbytes), np.uint8)  # the host copy of every row
-        self.count = np.zeros(_START_ROWS, np.int64)
-        self._free = list(range(_START_ROWS - 1, 0, -1))  # row 0 is the zero item, never freed
+        self.count = np.zeros(_START_ROWS, np.int64)  # users per row; a row > 0 nobody uses is free
         self._staging = StagingBuffer(torch, device)
         self.rows = torch.zeros((_START_ROWS, self.item_nbytes), dtype=torch.uint8, device=device)
         self.version = 0  # bumped when ``rows`` is reallocated (views of it are stale then)
 
+    # Interrupts (a KeyboardInterrupt between any two bytecodes): the pool's one piece of
+    # bookkeeping is ``count``, changed by single numpy calls; free rows are read from it
+    # (no free list to fall out of step), and growth installs rows, host and count in one
+    # step. A row handed out by :meth:`add` is taken only by the :meth:`incref` that
+    # follows: if an interrupt comes between them, the row is still free.
+
     def add(self, item: np.ndarray) -> int:
-        """Store ``item`` (uint8, ``item_nbytes``) as a new row, uploaded now; its count is 0."""
-        if not self._free:
+        """Store ``item`` (uint8, ``item_nbytes``) in a free row, uploaded now; its count is 0.
+
+        The row stays free (the next ``add`` may hand it out again) until :meth:`incref`.
+        """
+        free = np.flatnonzero(self.count[1:] == 0)
+        if free.size == 0:
             self._grow()
-        row = self._free.pop()
+            free = np.flatnonzero(self.count[1:] == 0)
+        row = int(free[0]) + 1
         self.host[row] = item
         self._staging.host(self.item_nbytes)[:] = item
         self._staging.upload(self.rows[row], self.item_nbytes)
@@ -66,27 +76,26 @@ class ReferencePool:
         old = self.host.shape[0]
         rows = torch.empty((2 * old, self.item_nbytes), dtype=torch.uint8, device=self.device)
         rows[:old].copy_(self.rows)
-        self.rows = rows
-        self.host = np.concatenate([self.host, np.zeros_like(self.host)])
-        self.count = np.concatenate([self.count, np.zeros(old, np.int64)])
-        self._free += list(range(2 * old - 1, old - 1, -1))
-        self.version += 1
+        host = np.concatenate([self.host, np.zeros_like(self.host)])
+        count = np.concatenate([self.count, np.zeros(old, np.int64)])
+        # one step: rows, their host copy, their counts and the version always agree
+        self.__dict__.update(rows=rows, host=host, count=count, version=self.version + 1)
 
     def incref(self, rows: np.ndarray) -> None:
         """``rows`` gain a user each (row 0, the zero item, is not counted)."""
         rows = np.asarray(rows, np.int64)
-        np.add.at(self.count, rows[rows != 0], 1)
+        np.add.at(self.count, rows[rows != 0], 1)  # one call
 
     def decref(self, rows: np.ndarray) -> None:
-        """Users of ``rows`` are gone; rows nobody uses any more are recycled."""
+        """Users of ``rows`` are gone; rows nobody uses any more are free again."""
         rows = np.asarray(rows, np.int64)
         rows = rows[rows != 0]
         if rows.size == 0:
             return
-        np.subtract.at(self.count, rows, 1)
-        if self.count[rows].min() < 0:
-            raise RuntimeError("reference counts went negative: a bug in the caller")
-        self._free += np.unique(rows[self.count[rows] == 0]).tolist()
+        gone = np.bincount(rows, minlength=self.count.size)
+        if (gone > self.count).any():
+            raise RuntimeError("reference counts would go negative: a bug in the caller")
+        np.subtract(self.count, gone, out=self.count)  # one call
 
     def alive(self, row: int) -> bool:
         return row == 0 or self.count[row] > 0

@@ -59,8 +59,8 @@ class StagingBuffer:
 
     def _allocate(self, nbytes: int) -> None:
         torch = self._torch
-        self.tensor = torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=self._pin)
-        self.array = self.tensor.numpy()
+        tensor = torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=self._pin)
+        self.__dict__.update(tensor=tensor, array=tensor.numpy())  # one step: the two views of one buffer
 
     def busy(self) -> bool:
         """Whether the last upload from this buffer may still be running (never waits)."""
@@ -89,7 +89,7 @@ class StagingBuffer:
     def release(self) -> None:
         """Drop the storage (waits for a pending upload first)."""
         self.ready()
-        self.tensor, self.array = None, np.zeros(0, np.uint8)
+        self.__dict__.update(tensor=None, array=np.zeros(0, np.uint8))
 
 
 class StagingRing:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore import _threads
+from chunkstore.native.guard import interrupts_deferred
 
 __all__ = [
     "NativeSpec",
@@ -81,7 +82,8 @@ def _load() -> _Native | None:
                 _reason = "disabled by CHUNKSTORE_NATIVE=0"
                 return None
             try:
-                _loaded = _Native()
+                with interrupts_deferred():  # no Ctrl-C inside numba's import and setup
+                    _loaded = _Native()
             except Exception as e:  # ImportError (numba), OSError (libzstd), numba errors
                 _reason = f"{type(e).__name__}: {e}"
                 if not _warned:

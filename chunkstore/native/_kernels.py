@@ -23,6 +23,8 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from chunkstore.native.guard import guard_module
+
 __all__ = ["NPARAMS", "RAW", "ZSTD", "gather_all", "gather_groups", "gather_shared", "plan_groups"]
 
 
@@ -279,3 +281,6 @@ def gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, sc
     ng = plan_groups(ids, p[CHUNK_LEN], order, starts)
     gather_groups(ids, dst_off, order, starts, 0, ng, p, seg, off, clen, segs,
                   open_chunks, open_addr, scratch, cbuf, status)
+
+
+guard_module(globals())  # kernels load with Ctrl-C held off (chunkstore.native.guard)

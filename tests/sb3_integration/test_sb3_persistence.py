@@ -213,7 +213,8 @@ def test_saved_state_covers_every_attribute():
     from sb3_integration.frames import FrameStoreState
 
     rebuilt = {"chunk_len", "codec", "tier", "cache", "threads", "axis_order", "name", "_lock", "_closed",
-               "device", "device_budget"}  # where the frames live: the constructor's, not the state's
+               "device", "device_budget",  # where the frames live: the constructor's, not the state's
+               "_undo"}  # where the owner's current try began: nothing to undo in a loaded store
     derived = {"ring_frames"}  # from the frame array's capacity
     state_to_attr = {"pending": "_pending"}
     saved = {state_to_attr.get(f.name, f.name) for f in dataclasses.fields(FrameStoreState)} - derived
