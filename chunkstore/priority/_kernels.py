@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from chunkstore.native.guard import guard_module
+
 __all__ = ["META_MAX", "META_SIZE", "assign", "rebuild", "sample"]
 
 #: slots of the fp64 ``meta`` vector the kernels update with the tree
@@ -130,3 +132,6 @@ def sample(leaves, sums, offsets, fanout, nlevels, targets, out_slots, out_value
             node = chosen
         out_slots[i] = node
         out_values[i] = leaves[node]
+
+
+guard_module(globals())  # kernels load with Ctrl-C held off (chunkstore.native.guard)

@@ -7,6 +7,7 @@ the rest of the process (or aborted it): see :mod:`chunkstore.native.guard`.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,9 +97,17 @@ def test_every_kernel_of_the_package_is_guarded():
 
     from chunkstore.device import _run_kernels
     from chunkstore.native import _kernels
+    from chunkstore.priority import _kernels as _priority_kernels
     from sb3_integration import _native_frames, _native_put
 
-    for mod in (_kernels, _run_kernels, _native_put, _native_frames):
+    # every module of both packages that defines kernels (a new one must join this list)
+    root = Path(__file__).resolve().parents[2]
+    defining = {str(p.relative_to(root).with_suffix("")).replace("/", ".")
+                for pkg in ("chunkstore", "sb3_integration") for p in (root / pkg).rglob("*.py")
+                if re.search(r"^\s*@(nb\.|numba\.)?njit", p.read_text(), re.M)}
+    checked = (_kernels, _run_kernels, _native_put, _native_frames, _priority_kernels)
+    assert defining == {m.__name__ for m in checked}
+    for mod in checked:
         kernels = [v for v in vars(mod).values() if isinstance(v, Dispatcher)]
         assert kernels and all(getattr(k, "_chunkstore_guarded", False) for k in kernels), mod.__name__
 
