@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) tools/bench_buffers.py --out results/bench_buffers.json
 	$(PY) tools/bench_persistence.py --out results/bench_persistence.json
 	$(PY) tools/bench_distributed.py --out results/bench_distributed.json
+	$(PY) tools/bench_prioritized.py --out results/bench_prioritized.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check chunkstore sb3_integration tools tests examples

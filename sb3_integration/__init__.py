@@ -38,6 +38,9 @@ _EXPORTS = {
         "numpy_dtype_to_torch"], "compat"),
     "from_sb3_extra_buffers": "convert", "load_replay_buffer": "convert",
     "FrameStore": "frames", "StackLayout": "frames",
+    **dict.fromkeys(["CompressedPrioritizedReplayBuffer", "CompressedPrioritizedDictReplayBuffer",
+                     "CompressedPrioritizedNStepReplayBuffer"], "prioritized"),
+    "PrioritizedDQN": "per_dqn",
 }
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers
@@ -59,6 +62,12 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers
     from sb3_integration.extra_buffers import CodecFallbackWarning
     from sb3_integration.frames import FrameStore, StackLayout
     from sb3_integration.her import CompressedHerReplayBuffer
+    from sb3_integration.per_dqn import PrioritizedDQN
+    from sb3_integration.prioritized import (
+        CompressedPrioritizedDictReplayBuffer,
+        CompressedPrioritizedNStepReplayBuffer,
+        CompressedPrioritizedReplayBuffer,
+    )
     from sb3_integration.replay import (
         CompressedDictReplayBuffer,
         CompressedNStepReplayBuffer,
@@ -89,12 +98,16 @@ __all__ = [
     "CompressedDictRolloutBuffer",
     "CompressedHerReplayBuffer",
     "CompressedNStepReplayBuffer",
+    "CompressedPrioritizedDictReplayBuffer",
+    "CompressedPrioritizedNStepReplayBuffer",
+    "CompressedPrioritizedReplayBuffer",
     "CompressedReplayBuffer",
     "CompressedRolloutBuffer",
     "DummyCls",
     "FrameStore",
     "GpuReplayBuffer",
     "GpuRolloutBuffer",
+    "PrioritizedDQN",
     "StackLayout",
     "find_buffer_dtypes",
     "find_gpu_buffer_dtypes",

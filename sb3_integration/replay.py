@@ -322,12 +322,17 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         return [(OBS, batch_inds), (NEXT, batch_inds)]
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> Any:
+        return self._batch(batch_inds, lambda: super(_CompressedReplayMixin, self)._get_samples(  # type: ignore[misc]
+            batch_inds, env=env))
+
+    def _batch(self, batch_inds: np.ndarray, read: Callable[[], Any]) -> Any:
+        """``read()`` (SB3's reads of the rows ``batch_inds``) with every stack fetched in one pass per key."""
         self._plan = self._sample_plan(np.asarray(batch_inds))
         self._memo, self._owned = {}, {}
         if self._columns is not None:
             self._columns.begin_batch()
         try:
-            samples = super()._get_samples(batch_inds, env=env)  # type: ignore[misc]
+            samples = read()
         finally:
             self._plan, self._memo, self._owned = None, {}, {}
             if self._columns is not None:

@@ -1,0 +1,239 @@
+"""A priority index for large buffers: sums, minimum and proportional sampling over slots.
+
+:class:`PriorityIndex` keeps one non-negative value (a *mass*) per slot of a fixed
+capacity and answers, in ``O(k log N)`` for a batch of ``k``:
+
+- ``sample(k)``: ``k`` slots drawn with probability ``mass / total``, stratified (the total
+  split into ``k`` equal segments, one uniform draw in each); a slot of mass 0 is never drawn;
+- ``update(slots, masses, generations)``: new masses, dropping any for a slot that was
+  overwritten (:meth:`~PriorityIndex.set`) since the caller read its generation;
+- ``total``, ``min`` (the smallest positive mass) and ``max`` (the largest mass written so far,
+  which :meth:`~PriorityIndex.set` gives new slots by default).
+
+It knows nothing about RL: a prioritized replay buffer stores ``priority ** alpha`` here.
+
+Small: a ``fanout``-ary tree (32 by default) with fp32 leaves, fp64 sums and fp32 minimums
+above them, and a uint16 generation per slot: about 6.4 bytes per slot (measured:
+``tools/bench_prioritized.py``). A mass is held as fp32 (relative rounding below 6e-8); the
+sums are fp64 and every node is recomputed from its children, so sampling follows the fp32
+masses exactly. The kernels are numba (``chunkstore.priority._kernels``), GIL-free.
+
+Interrupts: every call validates first, then changes the index in one kernel call that
+runs to its end, so a KeyboardInterrupt leaves it as it was before the call or after it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from chunkstore.priority import _kernels as _k
+
+__all__ = ["DEFAULT_FANOUT", "GENERATION_DTYPE", "PriorityIndex"]
+
+DEFAULT_FANOUT = 32
+#: a slot's generation wraps after 65536 overwrites: an update older than that would apply
+GENERATION_DTYPE = np.uint16
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _level_sizes(capacity: int, fanout: int) -> list[int]:
+    """Node counts of levels 1.. (the last is the root, 1)."""
+    sizes, n = [], capacity
+    while True:
+        n = -(-n // fanout)
+        sizes.append(n)
+        if n == 1:
+            return sizes
+
+
+class PriorityIndex:
+    """Masses of ``capacity`` slots (all 0 at first), sampled in proportion.
+
+    Parameters
+    ----------
+    capacity
+        Number of slots (>= 1).
+    fanout
+        Children per tree node (2..256): wider is fewer levels (faster, and fewer bytes of
+        upper levels) but more work per level.
+    """
+
+    capacity: int
+    fanout: int
+    _leaves: np.ndarray
+    _gens: np.ndarray
+    _sums: np.ndarray
+    _mins: np.ndarray
+    _offsets: np.ndarray
+    _nlevels: int
+    _meta: np.ndarray
+
+    def __init__(self, capacity: int, fanout: int = DEFAULT_FANOUT) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+            raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) or not 2 <= fanout <= 256:
+            raise ValueError(f"fanout must be an int in 2..256, got {fanout!r}")
+        self._install(int(capacity), int(fanout), np.zeros(int(capacity), np.float32),
+                      np.zeros(int(capacity), GENERATION_DTYPE), 1.0)
+
+    def _install(self, capacity: int, fanout: int, leaves: np.ndarray, gens: np.ndarray,
+                 max_mass: float) -> None:
+        """Build the upper levels for ``leaves`` and install everything in one step."""
+        sizes = _level_sizes(capacity, fanout)
+        offsets = np.zeros(len(sizes) + 2, np.int64)
+        offsets[1:] = np.cumsum([0, *sizes])
+        sums = np.zeros(int(offsets[-1]), np.float64)
+        mins = np.full(int(offsets[-1]), np.inf, np.float32)
+        _k.rebuild(leaves, sums, mins, offsets, fanout, len(sizes))
+        meta = np.zeros(_k.META_SIZE, np.float64)
+        meta[_k.META_MAX] = max_mass
+        self.__dict__.update(capacity=capacity, fanout=fanout, _leaves=leaves, _gens=gens, _sums=sums,
+                             _mins=mins, _offsets=offsets, _nlevels=len(sizes), _meta=meta)
+
+    # -- reading ------------------------------------------------------------------------
+    @property
+    def total(self) -> float:
+        """Sum of every slot's mass (fp64 over the fp32 masses)."""
+        return float(self._sums[self._offsets[self._nlevels]])
+
+    @property
+    def min(self) -> float:
+        """The smallest positive mass (``inf`` when no slot has mass)."""
+        return float(self._mins[self._offsets[self._nlevels]])
+
+    @property
+    def max(self) -> float:
+        """The largest mass written so far (1.0 before any): what :meth:`set` gives by default."""
+        return float(self._meta[_k.META_MAX])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the index's arrays."""
+        return sum(a.nbytes for a in (self._leaves, self._gens, self._sums, self._mins, self._offsets, self._meta))
+
+    def get(self, slots: Any) -> np.ndarray:
+        """The masses of ``slots`` (fp64 of the fp32 values held)."""
+        return self._leaves[self._slots(slots)].astype(np.float64)
+
+    def generations(self, slots: Any) -> np.ndarray:
+        """The generations of ``slots`` (they move on at each :meth:`set`)."""
+        return self._gens[self._slots(slots)].copy()
+
+    def sample(self, k: int, rng: Any = None, *, stratified: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``k`` slots in proportion to their mass: ``(slots, masses, generations)``.
+
+        Stratified (the default): the total is split into ``k`` equal segments and one slot is
+        drawn in each, so the ``k`` slots come in index order; ``stratified=False``: ``k``
+        independent draws. ``slots`` int64, ``masses`` fp64 (the values held), ``generations``
+        (pass them to :meth:`update`). ``rng``: a numpy ``Generator`` or ``RandomState``
+        (default: the global ``numpy.random``), which draws ``k`` uniforms in ``[0, 1)``.
+        ValueError when no slot has mass.
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        total = self.total
+        if not total > 0:
+            raise ValueError("sample() from a priority index with no mass: set some slots first")
+        u = (np.random if rng is None else rng).random(int(k))
+        targets = (np.arange(k, dtype=np.float64) + u) * (total / k) if stratified else u * total
+        np.minimum(targets, np.nextafter(total, 0.0), out=targets)
+        slots = np.empty(k, np.int64)
+        masses = np.empty(k, np.float32)
+        _k.sample(self._leaves, self._sums, self._offsets, self.fanout, self._nlevels, targets, slots, masses)
+        return slots, masses.astype(np.float64), self._gens[slots]
+
+    # -- writing ------------------------------------------------------------------------
+    def set(self, slots: Any, masses: Any = None) -> None:
+        """Slots that hold something new: ``masses`` (default: :attr:`max` for each), generation + 1."""
+        s = self._slots(slots)
+        v = self._masses(masses, len(s)) if masses is not None else np.zeros(len(s))
+        self._assign(s, v, use_max=masses is None, bump=True, expect=None)
+
+    def update(self, slots: Any, masses: Any, generations: Any = None) -> np.ndarray:
+        """New masses for slots; with ``generations``, only where a slot's generation still matches.
+
+        Returns which entries were written (bool). Later entries for the same slot win.
+        """
+        s = self._slots(slots)
+        v = self._masses(masses, len(s))
+        expect = None
+        if generations is not None:
+            expect = np.asarray(generations)
+            if expect.shape != s.shape:
+                raise ValueError(f"generations must have shape {s.shape}, got {expect.shape}")
+            if expect.size and expect.dtype.kind not in "iu":
+                raise ValueError(f"generations must be integers, got dtype {expect.dtype}")
+            expect = expect.astype(GENERATION_DTYPE)
+        return self._assign(s, v, use_max=False, bump=False, expect=expect)
+
+    def _assign(self, s: np.ndarray, v: np.ndarray, *, use_max: bool, bump: bool,
+                expect: np.ndarray | None) -> np.ndarray:
+        applied = np.ones(len(s), np.bool_)
+        check = expect is not None
+        _k.assign(self._leaves, self._sums, self._mins, self._offsets, self.fanout, self._nlevels, self._meta,
+                  self._gens, s, v, use_max, bump, check,
+                  expect if expect is not None else np.zeros(1, GENERATION_DTYPE), applied)
+        return applied
+
+    def _slots(self, slots: Any) -> np.ndarray:
+        s = np.asarray(slots)
+        if s.ndim == 0:
+            s = s.reshape(1)
+        if s.ndim != 1:
+            raise ValueError(f"slots must be 1-D, got shape {s.shape}")
+        if s.size and s.dtype.kind not in "iu":
+            raise ValueError(f"slots must be integers, got dtype {s.dtype}")
+        s = s.astype(np.int64, copy=False)
+        if s.size and (s.min() < 0 or s.max() >= self.capacity):
+            raise ValueError(f"slots must be in [0, {self.capacity}), got {s.min()}..{s.max()}")
+        return np.ascontiguousarray(s)
+
+    @staticmethod
+    def _masses(masses: Any, n: int) -> np.ndarray:
+        v = np.asarray(masses, dtype=np.float64)
+        if v.ndim == 0:
+            v = np.full(n, float(v))
+        if v.shape != (n,):
+            raise ValueError(f"masses must have shape ({n},), got {v.shape}")
+        if n and not (np.isfinite(v).all() and v.min() >= 0 and v.max() <= _F32_MAX):
+            raise ValueError("masses must be finite, >= 0 and within float32's range")
+        return np.ascontiguousarray(v)
+
+    # -- state ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Plain numpy arrays and numbers (the upper levels are rebuilt on load)."""
+        return {"capacity": self.capacity, "fanout": self.fanout, "masses": self._leaves.copy(),
+                "generations": self._gens.copy(), "max": self.max}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace this index's state with ``state`` (from :meth:`state_dict`), in one step."""
+        try:
+            capacity, fanout = int(state["capacity"]), int(state["fanout"])
+            masses = np.array(state["masses"], dtype=np.float32)
+            gens = np.array(state["generations"], dtype=GENERATION_DTYPE)
+            max_mass = float(state["max"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a PriorityIndex state: {e}") from None
+        if capacity < 1 or not 2 <= fanout <= 256 or masses.shape != (capacity,) or gens.shape != (capacity,):
+            raise ValueError("PriorityIndex state: capacity, fanout and array shapes disagree")
+        if not (np.isfinite(masses).all() and (masses >= 0).all() and math.isfinite(max_mass)):
+            raise ValueError("PriorityIndex state: masses must be finite and >= 0")
+        self._install(capacity, fanout, masses, gens, max_mass)
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> PriorityIndex:
+        index = cls.__new__(cls)
+        index.load_state_dict(state)
+        return index
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.state_dict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"PriorityIndex(capacity={self.capacity}, fanout={self.fanout}, total={self.total:g})"
