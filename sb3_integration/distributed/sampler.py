@@ -11,6 +11,10 @@ store changes), so the learner's weights are never older than its last call, whe
 or not anyone calls ``size()``. A shard that fails is left out of that batch (its share
 is drawn again from the others) with one warning per outage, and probed again on a
 schedule (:data:`PROBE_FIRST_S`, doubling up to :data:`PROBE_MAX_S`) until it answers.
+A prioritized sampler (``prioritized=True``, used by
+:class:`~sb3_integration.distributed.prioritized.PrioritizedDistributedReplayBuffer`) splits
+batches stratified by the shards' priority masses instead, the shards draw by priority, and
+batches carry each row's mass and generation and the smallest mass of the service.
 
 Where observations are decoded: ``decode="learner"`` (the default, chosen by
 ``tools/bench_distributed.py``) has shards send the distinct compressed chunks a batch
