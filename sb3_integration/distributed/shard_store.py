@@ -214,8 +214,10 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
 
     @property
     def nbytes_stored(self) -> int:
-        """Compressed frames, chunk table, slot tables, stream maps and rows."""
+        """Compressed frames, chunk table, slot tables, stream maps, rows and the priority index."""
         total = sum(a.nbytes for a in self.rows.values())
+        if self.priorities is not None:
+            total += self.priorities.nbytes
         total += self.slot_stream.nbytes + self.slot_chunk.nbytes + self.slot_prev.nbytes
         total += sum(s.slots.nbytes for s in self.streams)
         if self.frames is not None:

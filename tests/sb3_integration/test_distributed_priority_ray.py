@@ -195,3 +195,29 @@ def test_a_learner_before_any_data_and_a_restarted_shard_sample_in_proportion(tm
         check_mass_split(svc, shard_counts(buf, 20))
     finally:
         svc.close()
+
+
+def test_per_transition_frequencies_across_shards_match_p_alpha():
+    svc = service(n_shards=2, capacity=100, alpha=0.8, epsilon=0.0)
+    try:
+        ray.get([write.remote(svc.name, 5, 12, 1.0), write.remote(svc.name, 6, 8, 10.0)])
+        assert svc.sizes() == [12, 8] or svc.sizes() == [8, 12]
+        buf = buffer(svc)
+        buf.sample(8)
+        counts: dict = {}
+        n = 0
+        for _ in range(40):
+            shard, _, row = decode_indices(buf.sample(250).indices)
+            for key in zip(shard.tolist(), row.tolist(), strict=True):
+                counts[key] = counts.get(key, 0) + 1
+            n += 250
+        st = state(svc)
+        keys = [(a, b) for a in st for b in st[a]]
+        mass = np.array([st[a][b] for a, b in keys])
+        assert mass.max() / mass.min() > 10 and set(counts) <= set(keys)
+        got = np.array([counts.get(k, 0) for k in keys])
+        expected = n * mass / mass.sum()
+        stat = float(((got - expected) ** 2 / expected).sum())
+        assert stat < 43.82, (got, expected)  # the chi-square 0.999 quantile, 19 degrees of freedom
+    finally:
+        svc.close()
