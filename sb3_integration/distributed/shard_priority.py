@@ -8,8 +8,10 @@ slots; the ring grows up to it):
 - a row written gets the mass of the priority its writer sent, or the largest mass the
   shard has seen (1.0 at first) when none was sent, and its slot's generation moves on;
 - a row that leaves (eviction) gets mass 0 and its generation moves on, so an update sent
-  for it afterwards is dropped; when the ring grows, rows move to new positions: the
-  masses move with them and every generation moves on (updates in flight are dropped);
+  for it afterwards is dropped; when the ring grows after rows left its front, rows move
+  to new positions: the masses move with them and the generation of every position whose
+  row changed moves on (updates in flight for them are dropped; a ring whose rows stay
+  where they were keeps its generations);
 - :meth:`sample_prioritized` draws ``n`` rows stratified in proportion to their masses and
   replies with each row's mass and generation and the shard's smallest positive mass;
 - :meth:`update_priorities` sets ``(p + epsilon) ** alpha`` where the generation a learner
@@ -101,7 +103,11 @@ class ShardPriorities:
         st = index.state_dict()
         masses = np.zeros_like(st["masses"])
         masses[:len(live)] = st["masses"][live]
-        st["masses"], st["generations"] = masses, st["generations"] + GENERATION_DTYPE(1)
+        # a position whose row stayed (a ring that never wrapped) keeps its generation; every
+        # other position now holds another row or none: updates in flight for it are stale
+        stayed = np.zeros(len(masses), np.bool_)
+        stayed[:len(live)] = live == np.arange(len(live))
+        st["masses"], st["generations"] = masses, st["generations"] + (~stayed).astype(GENERATION_DTYPE)
         index.load_state_dict(st)
 
     # -- learners ------------------------------------------------------------------------------

@@ -102,16 +102,24 @@ def test_updates_apply_by_generation_and_stale_ones_are_dropped():
     assert not np.isclose(new, (7.0 + 1e-3) ** 0.5).any()
 
 
-def test_ring_growth_makes_outstanding_indices_stale():
+def test_ring_growth_keeps_rows_that_stay_and_makes_moved_ones_stale():
     st = store(3000)
     f = Feeder(st, seed=2)
     f.feed(1000)
     reply = st.sample_prioritized(16, np.random.default_rng(1), decode=False)
     ring = st.ring
     f.feed(100)
-    assert st.ring > ring  # the ring grew: rows moved
-    assert st.update_priorities(reply.rows, reply.generations, np.ones(16)) == 0
-    np.testing.assert_allclose(st.priority_masses(), f.model, rtol=1e-6)
+    assert st.ring > ring and st.tail == 0  # the ring grew; nothing had left it: no row moved
+    assert st.update_priorities(reply.rows, reply.generations, np.ones(16)) == len(reply.rows)
+    # rows leave the front (the service's stamps moved on), then the ring grows again: rows move
+    st.advance(st.horizon + st.capacity - st.size() + 300)
+    assert st.tail == 300 and st.size() == 800
+    reply = st.sample_prioritized(16, np.random.default_rng(2), decode=False)
+    masses = st.priority_masses()
+    f.feed(2000)
+    assert st.ring == 3000
+    assert st.update_priorities(reply.rows, reply.generations, np.full(16, 9.0)) == 0
+    np.testing.assert_allclose(st.priority_masses()[:800], masses, rtol=1e-6)  # moved with their rows
 
 
 def test_bad_priorities_are_rejected_at_add_and_nothing_is_staged():
