@@ -168,3 +168,17 @@ def test_a_uniform_store_refuses_prioritized_calls():
         plain.update_priorities([0], [0], [1.0])
     with pytest.raises(ValueError, match="alpha"):
         StoreSpec(10, SHAPE, "uint8", (1,), np.int64, priority_alpha=-1.0)
+
+
+def test_bad_priority_options_fail_at_create_before_any_actor():
+    from gymnasium import spaces
+
+    from sb3_integration.distributed import ReplayService
+
+    obs, act = spaces.Box(0, 255, SHAPE, np.uint8), spaces.Discrete(4)
+    for kw, match in [({"alpha": -0.5}, "alpha"), ({"alpha": float("nan")}, "alpha"),
+                      ({"alpha": 0.6, "epsilon": -1.0}, "epsilon")]:
+        with pytest.raises(ValueError, match=match):
+            ReplayService.create("never", obs, act, 100, **kw)
+    with pytest.raises(TypeError, match="alpha"):
+        ReplayService.create("never", obs, act, 100, alpha="0.6")
