@@ -6,6 +6,8 @@ from __future__ import annotations
 import _ray_helpers as helpers
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from chunkstore import get_codec
 from sb3_integration.distributed import ChunkWriter, ShardStore, StoreSpec
@@ -182,3 +184,42 @@ def test_bad_priority_options_fail_at_create_before_any_actor():
             ReplayService.create("never", obs, act, 100, **kw)
     with pytest.raises(TypeError, match="alpha"):
         ReplayService.create("never", obs, act, 100, alpha="0.6")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st_ops=hst.lists(hst.tuples(hst.sampled_from(["feed", "sample", "update", "advance"]),
+                                   hst.integers(1, 90), hst.floats(0.0, 1.0)), min_size=1, max_size=12),
+       capacity=hst.sampled_from([40, 1100]))
+def test_interleavings_keep_the_masses_of_a_numpy_model(st_ops, capacity):
+    """Feeds (writers' priorities or none), samples, later updates and evictions by the service's
+    stamps: the store's masses by stamp equal a model's; an update applies exactly where its slot
+    still holds the row it was sampled from (whatever evictions and ring growth did since)."""
+    s = store(capacity, alpha=0.7, epsilon=1e-2)
+    f = Feeder(s, seed=capacity)
+    mass: dict[int, float] = {}  # stamp -> mass (the model)
+    drawn: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # slots, generations, stamps
+    for op, k, u in st_ops:
+        if op == "feed":
+            first = len(f.model)
+            f.feed(k, given=u)
+            mass.update({first + j: m for j, m in enumerate(f.model[first:])})
+        elif op == "sample" and s.weight() > 0:
+            r = s.sample_prioritized(k, np.random.default_rng(k), decode=False)
+            drawn.append((r.rows, r.generations, s.rows["stamp"][r.rows].copy()))
+        elif op == "update" and drawn:
+            slots, gens, stamps = drawn.pop(0)
+            pri = np.float32(np.linspace(0.0, 5.0 * u, len(slots))).astype(np.float64)
+            same = s.rows["stamp"][slots] == stamps
+            applied = s.update_priorities(slots, gens, pri)
+            assert applied == int(same.sum())
+            for stamp, p, ok in zip(stamps.tolist(), pri.tolist(), same.tolist(), strict=True):
+                if ok:  # later entries for the same slot win
+                    m = (p + 1e-2) ** 0.7
+                    mass[stamp] = float(np.float32(m))
+                    f.max = max(f.max, m)
+        elif op == "advance":
+            s.advance(s.horizon + k)
+        live = s.rows["stamp"][s.live_rows()]
+        want = np.array([mass[int(t)] for t in live])
+        np.testing.assert_allclose(s.priority_masses(), want, rtol=1e-6)
+        assert s.weight() == pytest.approx(want.sum(), rel=1e-9, abs=1e-12)
