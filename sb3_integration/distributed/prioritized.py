@@ -54,6 +54,14 @@ def decode_indices(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return idx >> SHARD_SHIFT, (idx >> GENERATION_SHIFT) & _GEN_MASK, idx & _SLOT_MASK
 
 
+def importance_weights(masses: np.ndarray, min_mass: float, beta: float) -> np.ndarray:
+    """``(m_i / m_min) ** -beta`` as float32 (exactly 1.0 with ``beta = 0`` or equal masses)."""
+    masses = np.asarray(masses, np.float64)
+    if not beta or not len(masses):
+        return np.ones(len(masses), np.float32)
+    return np.power(masses / min_mass, -beta).astype(np.float32)
+
+
 def _vector(x: Any, name: str) -> np.ndarray:
     if isinstance(x, th.Tensor):
         x = x.detach().cpu().numpy()
@@ -170,6 +178,8 @@ class PrioritizedDistributedReplayBuffer(DistributedReplayBuffer):
         self._beta = options.number("beta", beta, minimum=0.0)
         super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
                          handle_timeout_termination, service=service, **kwargs)
+        if self.service.n_shards >= 1 << 15 or self.service.config.spec.capacity > 1 << 32:
+            raise ValueError("indices encode shards below 32768 and capacities up to 2**32")
         self.updates = PriorityUpdates(self.service, max_updates_in_flight)
 
     @property
@@ -194,10 +204,7 @@ class PrioritizedDistributedReplayBuffer(DistributedReplayBuffer):
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> PrioritizedReplayBufferSamples:  # type: ignore[override]
         """A prioritized, stratified sample over every shard: SB3's fields, ``weights``, ``indices``."""
         b = self.sampler.sample(batch_size, np.random)
-        if self._beta and len(b["masses"]):
-            weights = np.power(b["masses"] / float(b["min_mass"]), -self._beta).astype(np.float32)
-        else:
-            weights = np.ones(len(b["masses"]), np.float32)
+        weights = importance_weights(b["masses"], float(b["min_mass"]), self._beta)
         indices = encode_indices(b["shard"], b["generations"], b["row"])
         samples = self._samples(b, env)
         return PrioritizedReplayBufferSamples(*samples, weights=th.as_tensor(weights, device=self.device),

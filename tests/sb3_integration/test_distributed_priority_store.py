@@ -223,3 +223,30 @@ def test_interleavings_keep_the_masses_of_a_numpy_model(st_ops, capacity):
         want = np.array([mass[int(t)] for t in live])
         np.testing.assert_allclose(s.priority_masses(), want, rtol=1e-6)
         assert s.weight() == pytest.approx(want.sum(), rel=1e-9, abs=1e-12)
+
+
+def test_alpha_0_is_uniform_with_weights_of_exactly_1():
+    from sb3_integration.distributed.prioritized import importance_weights
+
+    s = store(50, alpha=0.0)
+    f = Feeder(s, seed=9)
+    f.feed(50, given=1.0)
+    masses = s.priority_masses()
+    assert (masses == 1.0).all() and s.weight() == 50.0
+    r = s.sample_prioritized(64, np.random.default_rng(0), decode=False)
+    assert (importance_weights(r.masses, r.min_mass, 0.7) == 1.0).all()
+    # and against an fp64 reference for skewed masses
+    m = np.array([0.5, 2.0, 8.0, 0.25])
+    np.testing.assert_allclose(importance_weights(m, 0.25, 0.4), (m / 0.25) ** -0.4, rtol=1e-6)
+    assert (importance_weights(m, 0.25, 0.0) == 1.0).all()
+
+
+def test_indices_encode_shard_generation_and_slot():
+    from sb3_integration.distributed.prioritized import decode_indices, encode_indices
+
+    rng = np.random.default_rng(0)
+    shard, gen, slot = rng.integers(0, 1 << 15, 100), rng.integers(0, 1 << 16, 100), rng.integers(0, 1 << 32, 100)
+    idx = encode_indices(shard, gen, slot)
+    assert idx.dtype == np.int64 and (idx >= 0).all()
+    for a, b in zip(decode_indices(idx), (shard, gen, slot), strict=True):
+        np.testing.assert_array_equal(a, b)
