@@ -1,22 +1,24 @@
-"""Ape-X-style DQN on real Pong: env runners in other processes feed a compressed replay service.
+"""Ape-X DQN on real Pong: env runners in other processes feed a compressed, prioritized replay service.
 
     .venv/bin/python examples/apex_dqn_pong.py                 # about 2-3 minutes on 2 cores
     .venv/bin/python examples/apex_dqn_pong.py --runners 4 --steps 40000
 
 What runs (a local Ray instance on the loopback interface):
 
-* a replay service (``ReplayService``): ``--shards`` shard actors holding compressed
-  chunks, a coordinator with a sample-to-insert rate limiter (the learner may sample
+* a prioritized replay service (``ReplayService.create(..., alpha=--alpha)``): ``--shards``
+  shard actors holding compressed chunks and each transition's priority, a coordinator with a sample-to-insert rate limiter (the learner may sample
   ``--samples-per-insert`` transitions per inserted one, within an error band, and
   waits for ``--learning-starts`` transitions first);
 * ``--runners`` env-runner actors, each with its own Pong env, a copy of the policy
   (weights pulled from a small weight-store actor every ``--sync-every`` steps) and
   Ape-X's per-runner exploration (epsilon_i = 0.4 ** (1 + 7 i / (N - 1))). Each runner
   deduplicates frames and compresses chunks itself (``ReplayWriter``) and ships sealed
-  chunks to its shard;
-* SB3's DQN learner in this process, with ``DistributedReplayBuffer`` as its
-  ``replay_buffer_class``: every gradient step samples a batch uniformly over all
-  shards. The target network is copied every ``--target-every`` updates, and the
+  chunks to its shard, with each transition's initial priority: the ``|TD error|`` its
+  own policy copy gives (Ape-X's actor-side priorities: one more forward pass per step);
+* a ``PrioritizedDQN`` learner in this process, with ``PrioritizedDistributedReplayBuffer``
+  as its ``replay_buffer_class``: every gradient step samples a batch over all shards in
+  proportion to the priorities, weights its loss by the importance weights and sends
+  ``|TD error|`` back to the shards (asynchronously). The target network is copied every ``--target-every`` updates, and the
   weights are published every ``--publish-every`` updates.
 
 At the end it prints what went through the service (transitions, bytes on the wire and
@@ -46,9 +48,9 @@ def make_env(seed: int) -> Any:
 
 
 def make_model(env: Any, args: argparse.Namespace, **kw: Any) -> Any:
-    from stable_baselines3 import DQN
+    from sb3_integration import PrioritizedDQN
 
-    return DQN("CnnPolicy", env, learning_rate=args.lr, batch_size=args.batch_size, gamma=0.99,
+    return PrioritizedDQN("CnnPolicy", env, learning_rate=args.lr, batch_size=args.batch_size, gamma=0.99,
                policy_kwargs={"normalize_images": True}, device="cpu", seed=0, verbose=0, **kw)
 
 
@@ -89,21 +91,32 @@ class EnvRunner:
             self.model.policy.load_state_dict(state)
             self.version = version
 
+    def _q(self, obs: np.ndarray) -> np.ndarray:
+        import torch as th
+
+        with th.no_grad():
+            return self.model.q_net(self.model.policy.obs_to_tensor(obs)[0]).numpy()[0]
+
     def run(self, steps: int) -> dict[str, Any]:
         t0, returns, ret = time.perf_counter(), [], 0.0
         obs = self.env.reset()
+        q = self._q(obs)
         for t in range(steps):
             if t % self.args.sync_every == 0:
                 self._sync()
+                q = self._q(obs)
             if self.rng.random() < self.eps:
                 action = np.array([self.env.action_space.sample()])
             else:
-                action, _ = self.model.predict(obs, deterministic=True)
+                action = np.array([int(q.argmax())])  # the greedy action (predict(deterministic=True))
             new_obs, reward, done, infos = self.env.step(action)
             next_obs = new_obs.copy()
             if done[0]:  # SB3's off-policy semantics: the terminal observation, not the reset one
                 next_obs[0] = infos[0]["terminal_observation"]
-            self.writer.add(obs, next_obs, action.reshape(1, 1), reward, done, infos)
+            q_next = self._q(next_obs)
+            td = float(reward[0]) + 0.99 * (1.0 - float(done[0])) * float(q_next.max()) - float(q[action[0]])
+            self.writer.add(obs, next_obs, action.reshape(1, 1), reward, done, infos, priorities=[abs(td)])
+            q = self._q(new_obs) if done[0] else q_next
             obs, ret = new_obs, ret + float(reward[0])
             if done[0]:
                 returns.append(ret)
@@ -134,7 +147,10 @@ def train(model: Any, runs: list[Any], weights: Any, args: argparse.Namespace) -
             weights.set.remote(updates, {k: v.clone() for k, v in model.policy.state_dict().items()})
         if updates >= args.max_updates:
             break
-    return {"updates": updates, "seconds": time.perf_counter() - t0}
+    buf = model.replay_buffer
+    buf.flush_priorities(timeout=30)
+    return {"updates": updates, "seconds": time.perf_counter() - t0, "applied": buf.updates.applied,
+            "dropped": buf.updates.dropped}
 
 
 def main() -> None:
@@ -152,13 +168,19 @@ def main() -> None:
     p.add_argument("--sync-every", type=int, default=200)
     p.add_argument("--flush-every", type=int, default=64)
     p.add_argument("--max-updates", type=int, default=10**9)
+    p.add_argument("--alpha", type=float, default=0.6, help="prioritization exponent (0: uniform)")
+    p.add_argument("--beta", type=float, default=0.4, help="initial importance-sampling exponent")
     args = p.parse_args()
 
     import ray
     import torch as th
     from stable_baselines3.common.logger import configure
 
-    from sb3_integration.distributed import DistributedReplayBuffer, ReplayService, start_local_ray
+    from sb3_integration.distributed import (
+        PrioritizedDistributedReplayBuffer,
+        ReplayService,
+        start_local_ray,
+    )
 
     th.set_num_threads(1)
     start_local_ray(num_cpus=args.runners + 1)
@@ -168,10 +190,12 @@ def main() -> None:
     service = ReplayService.create(
         "apex", env.observation_space, env.action_space, capacity=args.capacity, n_shards=args.shards,
         min_size=args.learning_starts, samples_per_insert=args.samples_per_insert, error_buffer=error,
-        max_insert_batch=args.flush_every, max_sample_batch=args.batch_size)
+        max_insert_batch=args.flush_every, max_sample_batch=args.batch_size, alpha=args.alpha)
     try:
-        model = make_model(env, args, buffer_size=args.capacity, replay_buffer_class=DistributedReplayBuffer,
-                           replay_buffer_kwargs={"service": "apex", "prefetch": True, "timeout": 5})
+        model = make_model(env, args, buffer_size=args.capacity,
+                           replay_buffer_class=PrioritizedDistributedReplayBuffer,
+                           replay_buffer_kwargs={"service": "apex", "prefetch": True, "timeout": 5,
+                                                 "beta": args.beta})
         model.set_logger(configure(None, [""]))
         weights = ray.remote(num_cpus=0)(Weights).remote()
         weights.set.remote(0, model.policy.state_dict())
@@ -210,6 +234,9 @@ def report(service: Any, model: Any, learned: dict[str, Any], stats: list[dict[s
               f"{len(s['returns'])} episodes, weights version {s['weights_version']}")
     mean = f"{np.mean(returns):.1f}" if returns else "n/a"
     print(f"episodes finished: {len(returns)}, mean return {mean}")
+    mass = [i["weight"] for i in info]
+    print(f"priority mass per shard: {[round(m, 1) for m in mass]} (sizes {[i['size'] for i in info]}); "
+          f"priority updates applied {learned['applied']:,}, dropped as stale {learned['dropped']:,}")
     print(f"every transition stored: {inserted == steps}")
 
 

@@ -12,6 +12,8 @@ as they are; learners sample uniformly over all shards through an SB3 buffer cla
 * :mod:`~sb3_integration.distributed.actors` -- the coordinator's and the shards' actor bodies
 * :mod:`~sb3_integration.distributed.service` -- :class:`ReplayService`: create, connect, close
 * :mod:`~sb3_integration.distributed.sampler` -- :class:`GlobalSampler`, :class:`DistributedReplayBuffer`
+* :mod:`~sb3_integration.distributed.prioritized` -- :class:`PrioritizedDistributedReplayBuffer` (a shard's
+  priorities: :mod:`~sb3_integration.distributed.shard_priority`)
 * :mod:`~sb3_integration.distributed.local` -- Ray on the loopback interface
 * :mod:`~sb3_integration.distributed.remote` -- calls to the actors: our errors as themselves, restarts retried
 * :mod:`~sb3_integration.distributed.options` -- options checked at the call
@@ -37,6 +39,7 @@ __all__ = [
     "DistributedReplayBuffer",
     "GlobalSampler",
     "LimiterClosed",
+    "PrioritizedDistributedReplayBuffer",
     "RateLimiter",
     "RateLimiterTimeout",
     "ReplayService",
@@ -55,6 +58,10 @@ def __getattr__(name: str):  # the Ray-backed classes load on first use
         from sb3_integration.distributed import sampler
 
         return getattr(sampler, name)
+    if name == "PrioritizedDistributedReplayBuffer":
+        from sb3_integration.distributed.prioritized import PrioritizedDistributedReplayBuffer
+
+        return PrioritizedDistributedReplayBuffer
     if name == "ReplayService":
         from sb3_integration.distributed.service import ReplayService
 

@@ -238,10 +238,18 @@ class Shard:
         with self.store.lock:
             return self.store.live_rows()
 
-    def sample(self, n: int, seed: int, decode: bool) -> SampleReply:
-        reply = self.store.sample(n, np.random.default_rng(seed), decode=decode)
+    def sample(self, n: int, seed: int, decode: bool, prioritized: bool = False) -> SampleReply:
+        rng = np.random.default_rng(seed)
+        reply = self.store.sample_prioritized(n, rng, decode=decode) if prioritized else \
+            self.store.sample(n, rng, decode=decode)
         reply.shard = self.index
         return reply
+
+    def update_priorities(self, slots: np.ndarray, generations: np.ndarray, priorities: np.ndarray) -> int:
+        return self.store.update_priorities(slots, generations, priorities)
+
+    def priority_masses(self) -> np.ndarray:
+        return self.store.priority_masses()
 
     def read(self, rows: np.ndarray, decode: bool) -> SampleReply:
         reply = self.store.read(rows, decode=decode)

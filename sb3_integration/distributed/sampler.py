@@ -11,6 +11,10 @@ store changes), so the learner's weights are never older than its last call, whe
 or not anyone calls ``size()``. A shard that fails is left out of that batch (its share
 is drawn again from the others) with one warning per outage, and probed again on a
 schedule (:data:`PROBE_FIRST_S`, doubling up to :data:`PROBE_MAX_S`) until it answers.
+A prioritized sampler (``prioritized=True``, used by
+:class:`~sb3_integration.distributed.prioritized.PrioritizedDistributedReplayBuffer`) splits
+batches stratified by the shards' priority masses instead, the shards draw by priority, and
+batches carry each row's mass and generation and the smallest mass of the service.
 
 Where observations are decoded: ``decode="learner"`` (the default, chosen by
 ``tools/bench_distributed.py``) has shards send the distinct compressed chunks a batch
@@ -84,7 +88,8 @@ class GlobalSampler:
     """
 
     def __init__(self, service: ReplayService | str, *, decode: str = DECODE_DEFAULT,
-                 timeout: float | None = None, threads: int | None = None, prefetch: bool = False) -> None:
+                 timeout: float | None = None, threads: int | None = None, prefetch: bool = False,
+                 prioritized: bool = False) -> None:
         if decode not in ("learner", "shard"):
             raise ValueError(f"decode must be 'learner' or 'shard', got {decode!r}")
         timeout = options.seconds("timeout", timeout)
@@ -92,12 +97,16 @@ class GlobalSampler:
             threads = options.count("threads", threads)
         self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
         self.decode, self.timeout, self.threads, self.prefetch = decode, timeout, threads, bool(prefetch)
+        self.prioritized = bool(prioritized)
+        if self.prioritized and self.service.config.spec.priority_alpha is None:
+            raise ValueError(f"replay service {self.service.name!r} keeps no priorities: create it with alpha=...")
         self._pending: tuple[int, Any, Any] | None = None
         self._unlimited = False  # a MinSize limiter that has let a sample through
         self.spec = self.service.config.spec
         n = self.service.n_shards
         self.sizes = np.zeros(n, np.int64)
         self.weights = np.zeros(n, np.float64)  # each shard's sampling mass, from its latest reply
+        self.mins = np.full(n, np.inf)  # each shard's smallest positive priority mass (prioritized)
         self._down: dict[int, list[Any]] = {}  # shard -> [next probe time, probe ref or None, delay]
         self._codec: tuple[int, Codec] | None = None
         self._layout: Any = None
@@ -113,7 +122,7 @@ class GlobalSampler:
         return self.sizes
 
     def _mark_down(self, i: int) -> None:
-        self.sizes[i], self.weights[i] = 0, 0.0
+        self.sizes[i], self.weights[i], self.mins[i] = 0, 0.0, np.inf
         if i not in self._down:
             self._down[i] = [time.monotonic() + PROBE_FIRST_S, None, PROBE_FIRST_S]
             warnings.warn(f"replay service {self.service.name!r}: shard {i} is unavailable; sampling "
@@ -146,7 +155,23 @@ class GlobalSampler:
                 state[0], state[1] = time.monotonic() + state[2], None
                 continue
             del self._down[i]
-            self.sizes[i], self.weights[i] = size, weight
+            self.sizes[i], self.weights[i] = size, self._mass(size, weight)
+
+    def _mass(self, size: int, weight: float) -> float:
+        """A shard's sampling mass: its priority mass for a prioritized sampler, else its size
+        (a uniform learner of a prioritized service samples uniformly)."""
+        return float(weight) if self.prioritized else float(size)
+
+    def _counts(self, n: int, weights: np.ndarray, rng: Any) -> np.ndarray:
+        """Per-shard counts of ``n`` in proportion to ``weights``: a multinomial draw (uniform), or
+        stratified (prioritized: the total split into ``n`` equal segments, one draw in each, so
+        shard ``s`` gets ``floor`` or ``ceil`` of ``n * w_s / sum w``)."""
+        if not self.prioritized:
+            return np.asarray(rng.multinomial(n, weights / weights.sum()))
+        edges = np.cumsum(weights)
+        targets = (np.arange(n) + rng.random(n)) * (edges[-1] / n)
+        at = np.minimum(np.searchsorted(edges, targets, side="right"), len(weights) - 1)
+        return np.bincount(at, minlength=len(weights))
 
     def _live_weights(self) -> np.ndarray:
         w = self.weights.copy()
@@ -187,9 +212,12 @@ class GlobalSampler:
     def _empty(self) -> dict[str, np.ndarray]:
         spec, f = self.spec, np.zeros(0, np.float32)
         obs = np.zeros((0, *spec.obs_shape), spec.obs_dtype)
-        return {"obs": obs, "next_obs": obs.copy(), "actions": np.zeros((0, *spec.action_shape), spec.action_dtype),
-                "rewards": f, "dones": f.copy(), "timeouts": f.copy(), "shard": np.zeros(0, np.int64),
-                "row": np.zeros(0, np.int64)}
+        out = {"obs": obs, "next_obs": obs.copy(), "actions": np.zeros((0, *spec.action_shape), spec.action_dtype),
+               "rewards": f, "dones": f.copy(), "timeouts": f.copy(), "shard": np.zeros(0, np.int64),
+               "row": np.zeros(0, np.int64)}
+        if self.prioritized:
+            out.update(masses=np.zeros(0), generations=np.zeros(0, np.uint16), min_mass=np.array(np.inf))
+        return out
 
     def _start(self, n: int, rng: Any) -> tuple[Any, Any]:
         """Ask for the permit and, if any shard is known to hold data, for the replies."""
@@ -199,7 +227,7 @@ class GlobalSampler:
         weights = self._live_weights()
         if not weights.sum():  # nothing seen yet: the permit first (it waits for min_size)
             return permit, None
-        return permit, self._submit(rng.multinomial(n, weights / weights.sum()), rng)
+        return permit, self._submit(self._counts(n, weights, rng), rng)
 
     def _finish(self, n: int, permit: Any, asked: Any, rng: Any) -> dict[str, np.ndarray]:
         import ray
@@ -218,7 +246,11 @@ class GlobalSampler:
         while left:  # each round either serves the rest or loses a shard (which is then probed)
             got, left = self._collect(self._submit(self._split(left, rng, deadline), rng))
             replies += got
-        return self._join([r for r in replies if r.n])
+        batch = self._join([r for r in replies if r.n])
+        if self.prioritized:  # the smallest mass of every shard that answered (the global minimum)
+            live = self._live_weights() > 0
+            batch["min_mass"] = np.array(self.mins[live].min() if live.any() else np.inf)
+        return batch
 
     def _await_permit(self, permit: Any) -> None:
         import ray
@@ -239,7 +271,7 @@ class GlobalSampler:
             self._poll_probes()
             weights = self._live_weights()
             if weights.sum():
-                return rng.multinomial(n, weights / weights.sum())
+                return self._counts(n, weights, rng)
             self._collect(self._submit(np.zeros(len(self.sizes), np.int64), rng))
             if self._live_weights().sum():
                 continue
@@ -258,7 +290,7 @@ class GlobalSampler:
         want = [(i, int(c)) for i, c in enumerate(counts) if i not in self._down]
         seeds = rng.randint(0, 2**31 - 1, size=len(want)) if hasattr(rng, "randint") else \
             rng.integers(0, 2**31 - 1, size=len(want))
-        return [(i, c, self.service.shard(i).sample.remote(c, int(s), self.decode == "shard"))
+        return [(i, c, self.service.shard(i).sample.remote(c, int(s), self.decode == "shard", self.prioritized))
                 for (i, c), s in zip(want, seeds, strict=True)]
 
     def _collect(self, asked: list[tuple[int, int, Any]]) -> tuple[list[SampleReply], int]:
@@ -276,10 +308,11 @@ class GlobalSampler:
                 left += c
                 continue
             except IndexError:  # emptied since its last reply (restarted without a checkpoint)
-                self.sizes[i], self.weights[i] = 0, 0.0
+                self.sizes[i], self.weights[i], self.mins[i] = 0, 0.0, np.inf
                 left += c
                 continue
-            self.sizes[i], self.weights[i] = reply.size, reply.weight
+            self.sizes[i], self.weights[i] = reply.size, self._mass(reply.size, reply.weight)
+            self.mins[i] = reply.min_mass
             self.bytes_received += reply.nbytes
             out.append(reply)
         return out, left
@@ -293,10 +326,13 @@ class GlobalSampler:
             obs, nxt = cat("obs"), cat("next_obs")
         else:
             obs, nxt = self._decode_all(replies)
-        return {"obs": obs, "next_obs": nxt, "actions": cat("actions"), "rewards": cat("rewards"),
-                "dones": cat("dones"), "timeouts": cat("timeouts"),
-                "shard": np.concatenate([np.full(r.n, r.shard, np.int64) for r in replies]),
-                "row": cat("rows")}
+        out = {"obs": obs, "next_obs": nxt, "actions": cat("actions"), "rewards": cat("rewards"),
+               "dones": cat("dones"), "timeouts": cat("timeouts"),
+               "shard": np.concatenate([np.full(r.n, r.shard, np.int64) for r in replies]),
+               "row": cat("rows")}
+        if self.prioritized:
+            out["masses"], out["generations"] = cat("masses"), cat("generations")
+        return out
 
     def _codec_for(self, version: int) -> Codec:
         if self._codec is None or self._codec[0] < version:
@@ -395,6 +431,8 @@ class DistributedReplayBuffer(ReplayBuffer):
     ...             replay_buffer_kwargs={"service": "apex"})      # doctest: +SKIP
     """
 
+    _prioritized = False  # the prioritized subclass samples by the shards' priorities
+
     def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
                  device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
                  handle_timeout_termination: bool = True, *, service: ReplayService | str,
@@ -405,7 +443,8 @@ class DistributedReplayBuffer(ReplayBuffer):
             raise ValueError("DistributedReplayBuffer does not take optimize_memory_usage (frames are stored once)")
         self.optimize_memory_usage = False
         self.handle_timeout_termination = handle_timeout_termination
-        self.sampler = GlobalSampler(service, decode=decode, timeout=timeout, threads=threads, prefetch=prefetch)
+        self.sampler = GlobalSampler(service, decode=decode, timeout=timeout, threads=threads, prefetch=prefetch,
+                                     prioritized=self._prioritized)
         self.service = self.sampler.service
         spec = self.service.config.spec
         if tuple(spec.obs_shape) != tuple(self.obs_shape) or spec.action_shape != (self.action_dim,):  # type: ignore[arg-type]
@@ -428,7 +467,10 @@ class DistributedReplayBuffer(ReplayBuffer):
         raise NotImplementedError("a replay service is not reset from one learner; close it and create another")
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:  # type: ignore[override]
-        b = self.sampler.sample(batch_size, np.random)
+        return self._samples(self.sampler.sample(batch_size, np.random), env)
+
+    def _samples(self, b: dict[str, np.ndarray], env: VecNormalize | None) -> ReplayBufferSamples:
+        """SB3's sample fields of a sampler's batch."""
         dones = b["dones"] * (1 - b["timeouts"]) if self.handle_timeout_termination else b["dones"]
         data = (self._normalize_obs(b["obs"], env), b["actions"], self._normalize_obs(b["next_obs"], env),
                 dones.reshape(-1, 1), self._normalize_reward(b["rewards"].reshape(-1, 1), env))

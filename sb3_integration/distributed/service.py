@@ -41,6 +41,7 @@ whose process died with messages unacknowledged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from typing import Any, cast
@@ -85,7 +86,8 @@ class ReplayService:
                checkpoint_dir: str | None = None, checkpoint_every_s: float | None = None,
                max_restarts: int = 0, detached: bool = False, threads: int | None = None,
                shard_options: list[dict[str, Any]] | None = None,
-               coordinator_options: dict[str, Any] | None = None) -> ReplayService:
+               coordinator_options: dict[str, Any] | None = None, alpha: float | None = None,
+               epsilon: float = 1e-6) -> ReplayService:
         """Start a service of ``n_shards`` shards holding ``capacity`` transitions in all.
 
         ``min_size`` alone: sampling waits for that many inserted transitions.
@@ -95,7 +97,10 @@ class ReplayService:
         ``max_insert_batch``, a learner's batch may not exceed ``max_sample_batch``).
         ``shard_options[i]`` / ``coordinator_options``: extra Ray actor options
         (placement: ``resources``, ``scheduling_strategy``). ``max_restarts``: how
-        often Ray restarts a dead shard (it reloads its checkpoint).
+        often Ray restarts a dead shard (it reloads its checkpoint). ``alpha``: a
+        prioritized service (each shard keeps ``(p + epsilon) ** alpha`` per transition;
+        see :class:`~sb3_integration.distributed.sampler.PrioritizedDistributedReplayBuffer`);
+        None (the default): uniform.
         """
         import ray
 
@@ -135,6 +140,10 @@ class ReplayService:
                        "min_size": min_size, "error_buffer": options.number("error_buffer", error_buffer,
                                                                             positive=True), **batches}
         spec = _spec(observation_space, action_space, capacity, chunk_len, threads)
+        if alpha is not None:
+            alpha = options.number("alpha", alpha, minimum=0.0)
+        spec = dataclasses.replace(spec, priority_alpha=alpha,
+                                   priority_epsilon=options.number("epsilon", epsilon, minimum=0.0))
         config = ServiceConfig(name, spec, n_shards, codec, limiter, stack_axis_order(observation_space),
                                checkpoint_dir, checkpoint_every_s, max_restarts, bool(detached),
                                list(shard_options or []))

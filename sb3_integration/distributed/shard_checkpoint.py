@@ -4,8 +4,10 @@
 ``snapshot()`` copies the small tables and pins the compressed frames under the store's
 lock (the only pause writers see), ``write_snapshot()`` writes them with chunkstore's
 atomic HDF5 format with no lock held, ``restore()`` becomes a checkpoint of the same
-geometry (format version 2: stamped rows, a ring that grows, a horizon; a version 1 file
-is refused with a FormatError naming both versions).
+geometry (format version 3: stamped rows, a ring that grows, a horizon, and a prioritized
+shard's priority index; a version 2 file, which has no priorities, still loads, every
+held row at mass 1.0 in a prioritized shard; a version 1 file is refused with a
+FormatError naming the versions).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ __all__ = ["SHARD_FORMAT", "SHARD_FORMAT_VERSION", "ShardCheckpoints"]
 
 #: the ``format`` attribute of a shard checkpoint, and its version
 SHARD_FORMAT = "sb3_integration.distributed.shard"
-SHARD_FORMAT_VERSION = 2  # 2: stamped rows, a ring that grows, a horizon
+SHARD_FORMAT_VERSION = 3  # 2: stamped rows, a ring that grows, a horizon; 3: + priorities
+_READS = (2, 3)
 _ROW_FIELDS = ("stamp", "stream", "slot_obs", "off_obs", "pad_obs", "slot_next", "off_next", "pad_next",
                "actions", "rewards", "dones", "timeouts")
 
@@ -58,6 +61,12 @@ class ShardCheckpoints:
     def _restore_streams(self, table: np.ndarray, slots: np.ndarray) -> None:
         raise NotImplementedError
 
+    def _priority_state(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _restore_priorities(self, extras: dict[str, Any], path: str) -> None:
+        raise NotImplementedError
+
     # -- checkpoints -------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Everything this store is, at this moment (under the lock: the only pause writers see).
@@ -87,6 +96,7 @@ class ShardCheckpoints:
                           "layout": None if self.layout is None else list(
                               (self.layout.axis, self.layout.width, self.layout.depth))},
                 "frames": None,
+                "priority": self._priority_state(),
             }
             if self.frames is not None:
                 snap["frames"] = self.frames.snapshot()
@@ -99,6 +109,7 @@ class ShardCheckpoints:
         extras = {f"rows/{k}": v for k, v in snap["rows"].items()}
         extras.update({k: snap[k] for k in ("slot_stream", "slot_chunk", "slot_prev", "streams",
                                              "stream_slots", "applied")})
+        extras.update(snap.get("priority", {}))
         try:
             fmt.save(path, arrays, extras, snap["attrs"], progress=False)
         finally:
@@ -111,9 +122,9 @@ class ShardCheckpoints:
             a, x = saved.attrs, saved.extras
             if a.get("format") != SHARD_FORMAT:
                 raise FormatError(f"{path} is not a shard checkpoint (format {a.get('format')!r})")
-            if a.get("format_version") != SHARD_FORMAT_VERSION:
+            if a.get("format_version") not in _READS:
                 raise FormatError(f"{path}: a shard checkpoint of format version {a.get('format_version')}, "
-                                  f"this version reads {SHARD_FORMAT_VERSION}")
+                                  f"this version reads {' and '.join(map(str, _READS))}")
             want = (self.capacity, self.L, list(self.spec.obs_shape), self.spec.obs_dtype.str,
                     list(self.spec.action_shape), self.spec.action_dtype.str)
             got = (a["capacity"], a["chunk_len"], a["obs_shape"], a["obs_dtype"], a["action_shape"],
@@ -142,4 +153,5 @@ class ShardCheckpoints:
                 self.frames = saved.arrays["frames"]
                 self.frames.max_open = 1
                 self.codec = self.frames.codec
+            self._restore_priorities(x, path)
 

@@ -28,9 +28,9 @@ front of the ring. Together the shards keep the newest ``capacity`` transitions 
 service, up to what a shard has not heard of yet (see the README's eviction rule).
 
 Weight. :meth:`ShardStore.weight` is the shard's sampling mass: its transition count
-under uniform sampling. Learners split a batch over shards in proportion to it, so
-every transition of the service is equally likely; a prioritized store would return its
-priority mass here.
+under uniform sampling, the sum of its priority masses when the spec has ``priority_alpha``
+(:mod:`~sb3_integration.distributed.shard_priority`). Learners split a batch over shards
+in proportion to it, so a transition's probability is the same whichever shard holds it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ from typing import Any
 import numpy as np
 
 from chunkstore import ChunkedArray, Codec
+from sb3_integration.distributed.options import number
 from sb3_integration.distributed.shard_checkpoint import SHARD_FORMAT, ShardCheckpoints
+from sb3_integration.distributed.shard_priority import ShardPriorities
 from sb3_integration.distributed.wire import InsertMessage, SampleReply, row_dtype, unpack_rows
 from sb3_integration.stacking import StackLayout
 
@@ -76,6 +78,8 @@ class StoreSpec:
     action_dtype: Any
     chunk_len: int = 4
     threads: int | None = None
+    priority_alpha: float | None = None  # None: uniform sampling; else shards keep (p + epsilon) ** alpha
+    priority_epsilon: float = 1e-6
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
@@ -85,6 +89,9 @@ class StoreSpec:
         if int(self.capacity) < 1 or not 1 <= int(self.chunk_len) <= 0xFFFF:
             raise ValueError(f"capacity must be >= 1 and chunk_len in 1..65535, got "
                              f"{self.capacity}, {self.chunk_len}")
+        if self.priority_alpha is not None:
+            object.__setattr__(self, "priority_alpha", number("alpha", self.priority_alpha, minimum=0.0))
+        object.__setattr__(self, "priority_epsilon", number("epsilon", self.priority_epsilon, minimum=0.0))
 
     @property
     def row_dtype(self) -> np.dtype:
@@ -122,7 +129,7 @@ class _Stream:
         return out
 
 
-class ShardStore(ShardCheckpoints):
+class ShardStore(ShardPriorities, ShardCheckpoints):
     """Transitions from several writers, frames in compressed chunks adopted verbatim.
 
     Parameters
@@ -162,6 +169,7 @@ class ShardStore(ShardCheckpoints):
         self._rows_dtype = spec.row_dtype
         self.rows = self._new_rows(min(self.capacity, _MIN_RING))
         self.lock = threading.RLock()
+        self._init_priorities()
 
     def _new_rows(self, cap: int) -> dict[str, np.ndarray]:
         spec = self.spec
@@ -182,8 +190,9 @@ class ShardStore(ShardCheckpoints):
         return self.count
 
     def weight(self) -> float:
-        """This shard's sampling mass (see the module docstring): its transition count."""
-        return float(self.count)
+        """This shard's sampling mass (see the module docstring): its transition count, or the
+        sum of its priority masses when prioritized."""
+        return float(self.count) if self.priorities is None else self.priorities.total
 
     @property
     def ring(self) -> int:
@@ -205,8 +214,10 @@ class ShardStore(ShardCheckpoints):
 
     @property
     def nbytes_stored(self) -> int:
-        """Compressed frames, chunk table, slot tables, stream maps and rows."""
+        """Compressed frames, chunk table, slot tables, stream maps, rows and the priority index."""
         total = sum(a.nbytes for a in self.rows.values())
+        if self.priorities is not None:
+            total += self.priorities.nbytes
         total += self.slot_stream.nbytes + self.slot_chunk.nbytes + self.slot_prev.nbytes
         total += sum(s.slots.nbytes for s in self.streams)
         if self.frames is not None:
@@ -371,6 +382,8 @@ class ShardStore(ShardCheckpoints):
             at = (self.pos + np.arange(b - a)) % self.ring
             for name, values in cols.items():
                 self.rows[name][at] = values[a:b]
+            if self.priorities is not None:
+                self._prio_written(at, recs["priority"][a:b])
             for sid, count in zip(*np.unique(sids[a:b], return_counts=True), strict=True):
                 self.streams[int(sid)].live_rows += int(count)
             self.pos = (self.pos + b - a) % self.ring
@@ -393,6 +406,8 @@ class ShardStore(ShardCheckpoints):
         for name, arr in self.rows.items():
             rows[name][:len(live)] = arr[live]
         self.rows, self.pos = rows, self.count % size
+        if self.priorities is not None:
+            self._prio_moved(live)
 
     def _drop_oldest(self, n: int) -> None:
         if n > 0:
@@ -420,6 +435,8 @@ class ShardStore(ShardCheckpoints):
     def _evict(self, at: np.ndarray) -> None:
         """Rows ``at`` (the oldest) leave: free the chunks no later row can use."""
         r = self.rows
+        if self.priorities is not None:
+            self._prio_evicted(at)
         sids = r["stream"][at]
         old = sids >= 0
         if not old.any():

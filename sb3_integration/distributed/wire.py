@@ -29,7 +29,9 @@ transitions, 256 by default):
     The transitions, one :func:`row_dtype` record each, zstd-compressed (level 1):
     env, the stream frame numbers ``g_obs`` / ``g_next`` of the newest frame of the
     observation and next observation stacks, their counts of leading all-zero frames
-    (``pad_*``; ``depth`` = the whole stack is zeros), action, reward, done, timeout.
+    (``pad_*``; ``depth`` = the whole stack is zeros), action, reward, done, timeout, and
+    the initial priority the actor gave (NaN when none: a prioritized shard gives the
+    largest priority it has seen; a uniform shard ignores it).
     Frame ``j`` of a stack is frame ``g - (depth - 1) + j`` of the env's stream.
 
 Shard -> learner: :class:`SampleReply`. With ``decoded`` stacks the observations travel
@@ -62,6 +64,7 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: Any) -> np.dtype:
         ("pad_obs", np.uint8), ("pad_next", np.uint8),
         ("action", np.dtype(action_dtype), tuple(action_shape)),
         ("reward", np.float32), ("done", np.float32), ("timeout", np.float32),
+        ("priority", np.float32),  # the actor's initial priority (NaN: none; the shard gives its largest)
     ])
 
 
@@ -138,6 +141,10 @@ class SampleReply:
     chunk_nbytes: np.ndarray | None = None
     chunk_data: bytes = b""
     weight: float = 0.0  # the shard's sampling mass when it replied (ShardStore.weight)
+    # prioritized replies: each row's mass and generation, and the shard's smallest positive mass
+    masses: np.ndarray | None = None
+    generations: np.ndarray | None = None
+    min_mass: float = float("inf")
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

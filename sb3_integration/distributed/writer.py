@@ -148,8 +148,14 @@ class ChunkWriter:
 
     # -- writing ---------------------------------------------------------------------------
     def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
-            infos: list[dict[str, Any]] | None = None) -> None:
-        """One step of ``n_envs`` envs, SB3's ``ReplayBuffer.add`` arguments; ValueError on bad input."""
+            infos: list[dict[str, Any]] | None = None, priorities: Any = None) -> None:
+        """One step of ``n_envs`` envs, SB3's ``ReplayBuffer.add`` arguments; ValueError on bad input.
+
+        ``priorities``: the transitions' initial priorities (``n_envs`` finite numbers >= 0,
+        e.g. the actor's ``|TD error|``; a prioritized shard stores ``(p + epsilon) ** alpha``);
+        None: the shard gives each the largest priority it has seen.
+        """
+        prio = check_priorities(priorities, self.n_envs)
         if self.pending >= self.R - self.L:
             raise RuntimeError(f"writer {self.writer_id}: {self.pending} transitions waiting; drain() first")
         n = self.n_envs
@@ -157,6 +163,7 @@ class ChunkWriter:
         o = coerce_obs(obs, shape, self.obs_dtype, "obs")
         x = coerce_obs(next_obs, shape, self.obs_dtype, "next_obs")
         rec = np.zeros(n, self._rec)
+        rec["priority"] = prio
         try:
             rec["action"] = np.asarray(action).reshape((n, *self._rec["action"].shape))
             rec["reward"], rec["done"] = reward, done
@@ -268,6 +275,24 @@ class ChunkWriter:
         return recs
 
 
+def check_priorities(priorities: Any, n: int) -> np.ndarray:
+    """``n`` initial priorities as float32 (NaN each when None); ValueError naming ``priorities``."""
+    if priorities is None:
+        return np.full(n, np.nan, np.float32)
+    try:
+        p = np.asarray(priorities.detach().cpu() if hasattr(priorities, "detach") else priorities)
+    except Exception as e:
+        raise ValueError(f"priorities must be {n} numbers, got {priorities!r}: {e}") from None
+    if p.ndim == 0:
+        p = p.reshape(1)
+    if p.shape != (n,) or (p.size and p.dtype.kind not in "iuf"):
+        raise ValueError(f"priorities must be {n} numbers (one per env), got shape {p.shape} dtype {p.dtype}")
+    p = p.astype(np.float64)
+    if not (np.isfinite(p).all() and (p >= 0).all() and (p <= np.finfo(np.float32).max).all()):
+        raise ValueError("priorities must be finite, >= 0 and within float32's range")
+    return p.astype(np.float32)
+
+
 class ReplayWriter:
     """Feeds a :class:`~sb3_integration.distributed.service.ReplayService` from one process.
 
@@ -339,8 +364,10 @@ class ReplayWriter:
 
     # -- SB3's add ---------------------------------------------------------------------------
     def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
-            infos: list[dict[str, Any]] | None = None) -> None:
-        self.chunks.add(obs, next_obs, action, reward, done, infos)
+            infos: list[dict[str, Any]] | None = None, priorities: Any = None) -> None:
+        """SB3's ``add`` arguments, and optionally the transitions' initial ``priorities``
+        (one per env, finite, >= 0; see :meth:`ChunkWriter.add`)."""
+        self.chunks.add(obs, next_obs, action, reward, done, infos, priorities)
         if self.chunks.ready:
             self.flush()
 

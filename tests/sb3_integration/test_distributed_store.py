@@ -456,5 +456,5 @@ def test_a_checkpoint_of_another_format_version_is_refused(tmp_path, monkeypatch
     monkeypatch.setattr(shard_checkpoint, "SHARD_FORMAT_VERSION", 1)  # as the version before stamps wrote it
     store.write_snapshot(path, store.snapshot())
     monkeypatch.undo()
-    with pytest.raises(FormatError, match="format version 1, this version reads 2"):
+    with pytest.raises(FormatError, match="format version 1, this version reads 2 and 3"):
         make(30, (4, 6, 6), "uint8", 4)[1].restore(path)
