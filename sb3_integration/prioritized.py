@@ -17,9 +17,11 @@ uniform and every weight is exactly 1.0. A sample's fields other than ``weights`
 are what SB3's ``_get_samples`` computes for the drawn rows and envs.
 
 Stale updates. Each slot has a generation that moves on when the slot is overwritten; a sample
-records the generations of what it drew (for the last :data:`PENDING_SAMPLES` samples), and
-``update_priorities`` given that sample's ``indices`` object drops the entries whose slot was
-overwritten since. Other index arrays update the transitions stored now.
+records the generations of what it drew (for the last :data:`PENDING_SAMPLES` samples, keyed by
+the indices' values), and ``update_priorities`` given those indices (the same object, a copy, a
+tensor of them, pickled and back: the same values in the same order) drops the entries whose slot
+was overwritten since. Indices that match none of those samples (a slice, a reordering, a sample
+older than the last :data:`PENDING_SAMPLES`) update the transitions stored now.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ class PrioritizedReplayMixin:
                          optimize_memory_usage, handle_timeout_termination, **options)
         self._alpha, self._beta, self._epsilon = alpha, beta, epsilon
         self._priorities = PriorityIndex(self.buffer_size * self.n_envs)
-        self._pending: collections.OrderedDict[int, tuple[Any, np.ndarray]] = collections.OrderedDict()
+        self._pending: collections.OrderedDict[bytes, np.ndarray] = collections.OrderedDict()
 
     # -- the options ----------------------------------------------------------------------
     @property
@@ -161,13 +163,14 @@ class PrioritizedReplayMixin:
     def _advance(self, pos: int) -> None:
         """Row ``pos`` is written: its transitions get the largest priority (one index step), then pos moves."""
         n = self.n_envs
-        slots = pos * n + np.arange(n)
-        masses = np.full(n, self._priorities.max)
         if self.optimize_memory_usage and self.buffer_size > 1:  # the next row is being overwritten: no mass
             nxt = (pos + 1) % self.buffer_size
-            slots = np.r_[slots, nxt * n + np.arange(n)]
-            masses = np.r_[masses, np.zeros(n)]
-        self._priorities.set(slots, masses)
+            slots = np.r_[pos * n + np.arange(n), nxt * n + np.arange(n)]
+            self._priorities.set(slots, np.r_[np.full(n, self._priorities.max), np.zeros(n)])
+        else:
+            self._priorities.set_span(pos * n, n)
+        # an interrupt from here to the commit leaves row pos with mass before pos moves: the
+        # retried add sets it again, and sample() never returns a slot beyond what is stored
         super()._advance(pos)  # type: ignore[misc]
 
     def reset(self) -> None:
@@ -180,23 +183,34 @@ class PrioritizedReplayMixin:
     # -- sampling -----------------------------------------------------------------------------
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
         """A prioritized, stratified sample: SB3's fields, ``weights`` and ``indices``."""
-        if not self.size():  # type: ignore[attr-defined]
-            return super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error
+        if not self.size() or batch_size == 0:  # type: ignore[attr-defined]
+            samples = super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error, or empty fields
+            return self._prioritized(samples, np.zeros(0, np.int64), np.zeros(0, np.float32))
         with self._lock:
             if self._priorities.total <= 0:
                 raise ValueError("every stored transition has priority 0 (epsilon=0 and priorities of 0): "
                                  "nothing can be sampled")
             slots, masses, gens = self._priorities.sample(batch_size)
+            stored = self.pos * self.n_envs
+            if not self.full and slots[-1] >= stored:  # slots come in order: only after an interrupted add
+                self._priorities.update(np.arange(stored, stored + self.n_envs), 0.0)  # its row: no mass
+                slots, masses, gens = self._priorities.sample(batch_size)
             low = self._priorities.min
         weights = np.power(masses / low, -self._beta).astype(np.float32) if self._beta else \
             np.ones(len(slots), np.float32)
         rows, envs = slots // self.n_envs, slots % self.n_envs
         samples = self._batch(rows, lambda: read_samples(self, rows, envs, env))  # type: ignore[attr-defined]
-        indices: Any = slots if self.buffer_device is None else th.as_tensor(slots, device=self.buffer_device)
         with self._lock:
-            self._pending[id(indices)] = (indices, gens)
+            key = slots.tobytes()  # by value: copies and tensors of these indices find it too
+            self._pending[key] = gens
+            self._pending.move_to_end(key)
             while len(self._pending) > PENDING_SAMPLES:
                 self._pending.popitem(last=False)
+        return self._prioritized(samples, slots, weights)
+
+    def _prioritized(self, samples: Any, slots: np.ndarray, weights: np.ndarray) -> Any:
+        """SB3's ``samples`` with ``weights`` (on ``device``) and ``indices`` (on ``buffer_device`` if set)."""
+        indices: Any = slots if self.buffer_device is None else th.as_tensor(slots, device=self.buffer_device)
         cls = PrioritizedDictReplayBufferSamples if isinstance(samples.observations, dict) \
             else PrioritizedReplayBufferSamples
         return cls(**samples._asdict(), weights=th.as_tensor(weights, device=self.device), indices=indices)
@@ -226,8 +240,7 @@ class PrioritizedReplayMixin:
             idx = idx.astype(np.int64)
             if idx.size and (idx.min() < 0 or idx.max() >= stored):
                 raise ValueError(f"indices must be stored transitions, in [0, {stored}); got {idx.min()}..{idx.max()}")
-            record = self._pending.get(id(indices))
-            gens = record[1] if record is not None and record[0] is indices else None
+            gens = self._pending.get(idx.tobytes())
             keep = np.ones(len(idx), bool)
             if self.optimize_memory_usage and self.full:  # the row being overwritten keeps no mass
                 keep = idx // self.n_envs != self.pos

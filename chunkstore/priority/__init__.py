@@ -152,6 +152,15 @@ class PriorityIndex:
         v = self._masses(masses, len(s)) if masses is not None else np.zeros(len(s))
         self._assign(s, v, use_max=masses is None, bump=True, expect=None)
 
+    def set_span(self, start: int, count: int) -> None:
+        """Slots ``start .. start + count - 1`` hold something new, each with :attr:`max`: :meth:`set`
+        for a run of slots, checked with two comparisons (a buffer's per-``add`` call)."""
+        start, count = int(start), int(count)
+        if not (start >= 0 and count > 0 and start + count <= self.capacity):
+            raise ValueError(f"slots {start}..{start + count - 1} are not in [0, {self.capacity})")
+        s = np.arange(start, start + count, dtype=np.int64)
+        self._assign(s, np.zeros(count), use_max=True, bump=True, expect=None)
+
     def update(self, slots: Any, masses: Any, generations: Any = None) -> np.ndarray:
         """New masses for slots; with ``generations``, only where a slot's generation still matches.
 

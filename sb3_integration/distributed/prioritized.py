@@ -16,8 +16,8 @@ transition (:mod:`~sb3_integration.distributed.shard_priority`). A
   :meth:`~PrioritizedDistributedReplayBuffer.update_priorities` goes back to the right
   shard and slot, and a shard drops an update for a slot overwritten or evicted since;
 - updates go to the shards as one remote call per shard per ``update_priorities`` call,
-  not awaited (at most ``max_updates_in_flight`` calls in flight: the oldest is waited for
-  beyond that); an update a shard never got (it was down) is counted in
+  not awaited (at most ``max_updates_in_flight`` calls in flight: beyond that, the call waits
+  until enough of them are answered); an update a shard never got (it was down) is counted in
   :attr:`PriorityUpdates.lost`.
 """
 

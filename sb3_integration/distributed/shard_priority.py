@@ -35,9 +35,13 @@ __all__ = ["ShardPriorities", "masses_of"]
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
-def masses_of(priorities: np.ndarray, alpha: float, epsilon: float) -> np.ndarray:
-    """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN); ValueError when one overflows float32."""
-    m = np.power(np.asarray(priorities, np.float64) + epsilon, alpha)
+def masses_of(priorities: np.ndarray, alpha: float, epsilon: float, *, clamp: bool = False) -> np.ndarray:
+    """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN); ValueError when one overflows float32,
+    or (``clamp``) float32's largest value in its place."""
+    with np.errstate(over="ignore"):
+        m = np.power(np.asarray(priorities, np.float64) + epsilon, alpha)
+    if clamp:
+        return np.minimum(m, _F32_MAX)  # NaN stays NaN
     if m.size and np.nanmax(m, initial=0.0) > _F32_MAX:
         raise ValueError("priorities ** alpha must fit in float32")
     return m
@@ -87,7 +91,9 @@ class ShardPriorities:
         if np.isnan(given).all():
             index.set(at)
             return
-        m = self._masses(given)
+        # clamped, never refused: the rows are in the ring already (a writer's priority so large
+        # that its mass overflows float32 is held as float32's largest)
+        m = masses_of(given, float(self.spec.priority_alpha), float(self.spec.priority_epsilon), clamp=True)
         # a row without one gets the largest mass written before it (rows in their write order)
         before = np.maximum.accumulate(np.concatenate([[index.max], np.nan_to_num(m, nan=0.0)]))[:-1]
         index.set(at, np.where(np.isnan(m), before, m))
@@ -160,8 +166,11 @@ class ShardPriorities:
         if self.priorities is None:
             return
         if "priority/masses" in extras and len(extras["priority/masses"]) == self.capacity:
+            masses = np.zeros(self.capacity, np.float32)  # only rows the shard holds have mass
+            live = self.live_rows()
+            masses[live] = np.asarray(extras["priority/masses"], np.float32)[live]
             self.priorities.load_state_dict({
-                "capacity": self.capacity, "fanout": self.priorities.fanout, "masses": extras["priority/masses"],
+                "capacity": self.capacity, "fanout": self.priorities.fanout, "masses": masses,
                 "generations": extras["priority/generations"], "max": float(extras["priority/max"][0])})
         else:
             self.priorities = PriorityIndex(self.capacity)

@@ -250,3 +250,16 @@ def test_indices_encode_shard_generation_and_slot():
     assert idx.dtype == np.int64 and (idx >= 0).all()
     for a, b in zip(decode_indices(idx), (shard, gen, slot), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_priority_whose_mass_overflows_float32_is_clamped_and_the_writer_goes_on():
+    st = store(64, alpha=2.0)
+    f = Feeder(st)
+    s = helpers.stacked_steps(3, 2)
+    f.w.add(*s[0], priorities=[1e30])  # (1e30)^2 is beyond float32: held as its largest
+    st.insert(f.w.drain())
+    f.w.add(*s[1], priorities=[1.0])
+    st.insert(f.w.drain())  # the next message is taken (it raised MissingMessagesError before)
+    assert st.count == 2
+    masses = st.priorities.get(st.live_rows())
+    assert masses[0] == float(np.finfo(np.float32).max) and masses[1] == pytest.approx((1.0 + 1e-3) ** 2)

@@ -300,7 +300,9 @@ def test_reset_clears_priorities() -> None:
     _drive(ours, 1, 5)
     ours.update_priorities(s.indices, np.full(3, 5.0))  # from before the reset: stale, dropped
     np.testing.assert_array_equal(ours.priorities(), 1.0)
-    ours.update_priorities(s.indices.copy(), np.full(3, 5.0))  # an array of the caller's: applied
+    ours.update_priorities(s.indices.copy(), np.full(3, 5.0))  # a copy of them: stale too
+    np.testing.assert_array_equal(ours.priorities(), 1.0)
+    ours.update_priorities(s.indices[::-1].copy(), np.full(3, 5.0))  # indices of no sample: applied
     np.testing.assert_allclose(ours.priorities()[s.indices], 5.0 + 1e-6)
 
 
@@ -348,3 +350,34 @@ def test_file_without_priority_arrays_loads_with_initial_priorities(tmp_path) ->
     row = np.arange(10) // 2 == other.pos
     np.testing.assert_array_equal(p[row], 0.0)
     np.testing.assert_array_equal(p[~row], 1.0)
+
+
+@pytest.mark.parametrize("as_", ["copy", "list", "tensor", "pickle"])
+def test_stale_updates_dropped_for_copies_of_a_samples_indices(as_) -> None:  # type: ignore[no-untyped-def]
+    obs, act = spaces.Box(0, 255, (2, 3, 3), np.uint8), spaces.Discrete(3)
+    buf = CompressedPrioritizedReplayBuffer(4, obs, act, "cpu", chunk_len=2, alpha=1.0, epsilon=0.0)
+    trs = list(random_transitions(obs, act, 12, 1, seed=2))
+    for tr in trs[:4]:
+        buf.add(*tr)
+    np.random.seed(0)  # noqa: NPY002
+    s = buf.sample(4)
+    idx = {"copy": s.indices.copy(), "list": s.indices.tolist(), "tensor": th.as_tensor(s.indices),
+           "pickle": pickle.loads(pickle.dumps(s.indices))}[as_]
+    for tr in trs[4:8]:  # every slot overwritten since the sample
+        buf.add(*tr)
+    before = buf.priorities().copy()
+    buf.update_priorities(idx, np.full(4, 100.0))
+    np.testing.assert_array_equal(buf.priorities(), before)  # all stale: dropped
+    s = buf.sample(4)  # a fresh sample's copy is not stale
+    buf.update_priorities(list(s.indices), np.full(4, 100.0))
+    assert (buf.priorities()[np.unique(s.indices)] == pytest.approx(100.0))
+
+
+def test_sample_zero_is_empty_as_sb3() -> None:
+    obs, act = spaces.Box(0, 255, (2, 3, 3), np.uint8), spaces.Discrete(3)
+    buf = CompressedPrioritizedReplayBuffer(8, obs, act, "cpu", chunk_len=2)
+    for tr in random_transitions(obs, act, 3, 1, seed=1):
+        buf.add(*tr)
+    s = buf.sample(0)
+    assert s.observations.shape == (0, 2, 3, 3) and s.weights.shape == (0,) and s.indices.shape == (0,)
+    assert s.indices.dtype == np.int64 and s.weights.dtype == th.float32

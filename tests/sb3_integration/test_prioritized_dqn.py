@@ -75,11 +75,14 @@ def test_alpha_zero_samples_uniformly(one_torch_thread) -> None:  # type: ignore
     assert all((w == 1.0).all() for _, _, w in buf.log)
     late = np.concatenate([i for i, _, _ in buf.log[100:]])
     counts = np.bincount(late, minlength=400)
-    # stratified uniform draws: each of 32 strata holds 12.5 slots, so every slot is drawn
-    # 0..ceil-many times per sample; the counts are flat within a few percent
+    assert len(counts) == 400  # no draw beyond the stored slots
+    # every slot holds the same mass, whatever the TD errors fed back were
+    np.testing.assert_array_equal(buf.priority_index.get(np.arange(400)), 1.0)
+    # and the draws are uniform: chi-square with 399 degrees of freedom against its 0.999
+    # quantile (~488; stratified draws vary less than independent ones, so this is conservative)
     expected = len(late) / 400
-    assert abs(counts.mean() - expected) < 1e-9
-    assert counts.std() / expected < 0.25
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 488, chi2
 
 
 def test_uniform_dqn_gets_no_weights() -> None:

@@ -76,3 +76,29 @@ def test_add_interrupted_then_repeated_leaves_priorities_as_one_add(cls) -> None
             s = buf.sample(16)
             assert (buf.priorities()[s.indices] > 0).all()
     assert hits > 30
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_sample_between_an_interrupted_add_and_its_retry_returns_only_stored_rows(n_envs) -> None:  # type: ignore[no-untyped-def]
+    trs = list(random_transitions(OBS, ACT, 6, n_envs, seed=3))
+    probe = CompressedPrioritizedReplayBuffer(16, OBS, ACT, "cpu", n_envs=n_envs, chunk_len=2)
+    for tr in trs[:5]:
+        probe.add(*tr)
+    n = count_events(lambda: probe.add(*trs[5]))
+    hits = 0
+    for at in range(1, n + 1, max(1, n // 40)):
+        buf = CompressedPrioritizedReplayBuffer(16, OBS, ACT, "cpu", n_envs=n_envs, chunk_len=2)
+        for tr in trs[:5]:
+            buf.add(*tr)
+        if not interrupted(lambda b=buf: b.add(*trs[5]), at):
+            continue
+        hits += 1
+        stored = buf.pos * n_envs
+        for seed in range(5):
+            np.random.seed(seed)  # noqa: NPY002
+            s = buf.sample(64)
+            assert s.indices.max() < stored, f"event {at}: a row that is not stored was drawn"
+            buf.update_priorities(s.indices, np.ones(64))  # the sample's indices are all accepted
+        buf.add(*trs[5])  # the retry stores the row with a mass again
+        assert buf.pos == 6 and (buf.priorities()[: 6 * n_envs] > 0).all()
+    assert hits > 10
