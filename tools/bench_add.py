@@ -65,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import torch as th
-
     from atari_data import collect_stacked
 
     th.set_num_threads(1)
