@@ -187,8 +187,57 @@ def check_replay_add(buf: Any, obs: Any, next_obs: Any, action: Any, reward: Any
     Returns the observations and next observations per key, and the rows of
     actions, rewards, dones and (with ``handle_timeout_termination``) timeouts.
     """
+    fast = _replay_common(buf, obs, next_obs, action, reward, done, infos)
+    if fast is not None:
+        return fast
     obs_in, next_in, rows = _replay_checks(buf, obs, next_obs, action, reward, done, infos)
     return _lossless(buf, obs_in, "obs"), _lossless(buf, next_in, "next_obs"), rows
+
+
+def _replay_signature(buf: Any) -> tuple[Any, ...] | None:
+    """What :func:`_replay_common` compares a call with, remembered per frame store; None: no fast path."""
+    fs = buf._stores.get(None)
+    if fs is None or isinstance(buf.observation_space, spaces.Discrete):
+        return None
+    sig = buf.__dict__.get("_add_signature")
+    if sig is None or sig[0] is not fs:
+        n = buf.n_envs
+        sig = (fs, (n, *fs.obs_shape), fs.dtype, n, (n, buf.action_dim), np.dtype(buf.actions.dtype),
+               buf.handle_timeout_termination)
+        buf.__dict__["_add_signature"] = sig
+    return sig
+
+
+def _replay_common(buf: Any, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
+                   infos: Any) -> tuple[dict[Any, np.ndarray], dict[Any, np.ndarray], list[np.ndarray]] | None:
+    """:func:`check_replay_add`'s result for the common call (a Box space; numpy arrays of the stored
+    shapes and dtypes, numeric small arrays, a list of dicts whose truncation flags are bools), the
+    same arrays its general path returns, without building them step by step; None otherwise."""
+    sig = _replay_signature(buf)
+    if sig is None:
+        return None
+    _, shape, dtype, n, action_shape, action_dtype, timeouts = sig
+    nd = np.ndarray
+    if not (type(obs) is nd and type(next_obs) is nd and obs.shape == shape and next_obs.shape == shape
+            and obs.dtype == dtype and next_obs.dtype == dtype):
+        return None
+    if not (type(action) is nd and action.size == n * action_shape[1] and action.dtype.kind in "biuf"
+            and type(reward) is nd and reward.shape == (n,) and reward.dtype.kind in "biuf"
+            and type(done) is nd and done.shape == (n,) and done.dtype.kind in "biuf"):
+        return None
+    rows = [action.reshape(action_shape).astype(action_dtype, copy=False), reward.astype(np.float32, copy=False),
+            done.astype(np.float32, copy=False)]
+    if timeouts:
+        if type(infos) is not list or len(infos) != n:
+            return None
+        flags = []
+        for info in infos:
+            flag = info.get("TimeLimit.truncated", False) if type(info) is dict else None
+            if type(flag) is not bool:
+                return None
+            flags.append(flag)
+        rows.append(np.array(flags, np.float32))
+    return {None: obs}, {None: next_obs}, rows
 
 
 def _replay_checks(buf: Any, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
