@@ -1,4 +1,4 @@
-"""What checking every chunk's CRC32 on every read costs a lazily loaded buffer (issue 27).
+"""What the CRC32 checks of a lazily loaded buffer cost, in time and in RSS (issues 26, 27).
 
     python tools/bench_lazy_verify.py --out results/bench_lazy_verify.json
     python tools/bench_lazy_verify.py --transitions 200000 --out /tmp/lazy.json   # smaller, faster
@@ -7,23 +7,28 @@ Fills a ``CompressedReplayBuffer`` (default options) with ``--transitions`` real
 transitions ((4, 84, 84) uint8 stacks from SB3's Atari pipeline, ``--collect-steps``
 collected once and cycled), saves it, loads it lazily (chunks stay in the file and are
 ``pread`` by the native read path) and times ``sample(256)`` and ``sample(32)`` with the
-read checks in four modes, switched on the same loaded buffer and interleaved in
-``--rounds`` rounds (the machine is shared: the figure is each mode's best round against
-the baseline's in the same round, then the median over rounds):
+read checks in these modes, switched on the same loaded buffer and interleaved in
+``--rounds`` rounds (the machine is shared: each mode's time against the same buffer
+loaded into RAM, ``lazy=False``, in the same round, median over rounds):
 
-- ``first read + ctime`` (the default since issue 27): size, mtime and ctime of the file
-  (one fstat per batch), and a chunk's CRC32 on its first read after the ctime last
-  moved; timed in its steady state (every chunk read once: the buffer's first pass),
-  where a batch skips the chunk lookup too;
-- ``first read`` (the behaviour before issue 27, the baseline): size + mtime, and a
-  chunk's CRC32 only the first time it is read (reproduced here by a replacement of
-  ``FileTier.check_reads``, the old code), in the same steady state;
-- ``every read`` (``load(..., verify="always")``): size + mtime + ctime, then the CRC32 of
-  every file chunk a batch reads, each time;
+- ``first pass, CRC in the native read`` (the default, while chunks are read for the
+  first time): every chunk of each batch unchecked (the check state is reset before each
+  call), so each one's CRC32 is computed inside the native read on the bytes ``pread``
+  fetched;
+- ``first pass, CRC via the mapping (before)``: the same, with the check as it was before
+  (``FileTier.check_reads`` computing each chunk's CRC32 through the file's mmap view, in
+  a Python loop over chunks; reproduced here by a replacement, the old code);
+- ``steady state`` (the default once every chunk was checked): size, mtime and ctime of
+  the file (one fstat per batch), no CRC, no chunk lookup;
+- ``every read`` (``load(..., verify="always")``): the CRC32 of every file chunk a batch
+  reads, each time (in the native read);
 - ``no CRC`` (``load(..., verify=False)``): size + mtime + ctime only.
 
-The same buffer loaded into RAM (``lazy=False``) is timed beside them for scale. Every
-mode returns the same samples for the same seed (checked).
+RSS: for each lazy mode, from the same starting point (the file's pages dropped from the
+mapping with ``madvise(MADV_DONTNEED)``, every chunk unchecked), ``--rss-samples`` calls of
+``sample(256)`` as training makes them (no reset between calls), and the growth of the
+process's RSS (psutil) and of the file mapping's resident kB (``/proc/self/smaps``).
+Every mode returns the same samples for the same seed (checked).
 """
 
 from __future__ import annotations
@@ -45,20 +50,67 @@ from _bench_common import ensure_importable, md_table, robust_ms, save_results
 ensure_importable()
 
 GAME = "MsPacman"
-MODES = ("first read + ctime", "first read", "every read", "no CRC")
+NEW, BEFORE = "first pass, CRC in the native read", "first pass, CRC via the mapping (before)"
+STEADY, ALWAYS, NO_CRC, RAM = "steady state (all checked)", "every read", "no CRC", "in RAM"
+MODES = (NEW, BEFORE, STEADY, ALWAYS, NO_CRC)
+RSS_MODES = (NEW, BEFORE, ALWAYS, NO_CRC)
 
 
-def _first_read_only(self: Any, segments: np.ndarray, offsets: np.ndarray) -> None:
-    """The check before issue 27: CRC32 only of the file chunks not checked before."""
+def _before_check_reads(self: Any, segments: np.ndarray, offsets: np.ndarray) -> None:
+    """The check before this change: each unchecked chunk's CRC32 through the mmap view, in Python."""
+    import zlib
+
     self.file.check_unchanged()
-    if not self.verify:
+    if not self.verify or (self._all_checked and self._generation == self.file.generation):
         return
     offs = offsets[segments == 0]
     if not offs.size or not self._offsets.size:
         return
     k = np.searchsorted(self._offsets, offs).clip(max=len(self._offsets) - 1)
-    k = k[(self._offsets[k] == offs) & ~self._checked[k]]
-    self._check_many(np.unique(k))
+    k = k[self._offsets[k] == offs]
+    k = np.unique(k[~self._fresh_checked()[k]])
+    buf = self.file.buf
+    offs, ends = self._offsets[k], self._offsets[k] + self._nbytes[k]
+    for i, (o, e, want) in enumerate(zip(offs.tolist(), ends.tolist(), self._crc[k].tolist(), strict=True)):
+        if zlib.crc32(buf[o:e]) != want:
+            self._check_at(int(k[i]), buf[o:e])
+    new = int(np.count_nonzero(~self._checked[k]))
+    self._checked[k] = True
+    self._count_checked(new)
+
+
+def unchecked(tiers: list[Any]) -> None:
+    """Forget which chunks were checked (what a fresh load, or a ctime change, gives)."""
+    for t in tiers:
+        t._checked[:] = False
+        t._nchecked, t._all_checked = 0, not len(t._checked)
+
+
+def drop_pages(tiers: list[Any]) -> None:
+    """Drop the file's pages from this process's mapping (what a fresh load starts with)."""
+    import mmap
+
+    for f in {id(t.file): t.file for t in tiers}.values():
+        if f._mmap is not None:
+            f._mmap.madvise(mmap.MADV_DONTNEED)
+
+
+def mapped_kb(path: str) -> int:
+    """Resident kB of this process's mappings of ``path`` (by inode), from /proc/self/smaps."""
+    import os
+
+    ino, total, mine = os.stat(path).st_ino, 0, False
+    try:
+        with open("/proc/self/smaps") as fh:
+            for line in fh:
+                head = line.split()
+                if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
+                    mine = head[4].isdigit() and int(head[4]) == ino
+                elif mine and line.startswith("Rss:"):
+                    total += int(head[1])
+    except OSError:
+        return -1
+    return total
 
 
 def fill(buf: Any, tr: Any, n: int) -> float:
@@ -99,12 +151,14 @@ def set_mode(tiers: list[Any], mode: str) -> None:
     from chunkstore.hdf5.filetier import FileTier
 
     for t in tiers:
-        t.verify, t.every_read = mode != "no CRC", mode == "every read"
-        if mode.startswith("first read"):  # the steady state: every chunk was read once before
+        t.verify, t.every_read = mode != NO_CRC, mode == ALWAYS
+        if mode == STEADY:  # every chunk was read once before
             t._fresh_checked()[:] = True
             t._count_checked(len(t._checked))
-        if mode == "first read":
-            t.check_reads = _first_read_only.__get__(t, FileTier)
+        else:
+            unchecked([t])
+        if mode == BEFORE:
+            t.check_reads = _before_check_reads.__get__(t, FileTier)
         else:
             t.__dict__.pop("check_reads", None)
 
@@ -115,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collect-steps", type=int, default=20_000)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=60, help="sample() calls per mode per round")
+    p.add_argument("--rss-samples", type=int, default=500, help="sample(256) calls per mode for RSS")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--tmp-dir", default=None)
@@ -146,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if not tiers:
             raise RuntimeError("no FileTier found behind the lazily loaded buffer")
         result = run(lazy, ram, tiers, args)
+        rss_rows = rss_growth(lazy, tiers, path, args)
         lazy.close()
         ram.close()
     finally:
@@ -153,24 +209,33 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for batch in (256, 32):
         r = result[batch]
-        for mode in (*MODES, "in RAM"):
+        for mode in (*MODES, RAM):
             rows.append({"batch": batch, "mode": mode, "ms": r[mode]["ms"],
-                         "vs_first": r["ratio"][mode], "vs_ram": r["ratio_ram"][mode]})
+                         "vs_before": r["ratio"][mode], "vs_ram": r["ratio_ram"][mode]})
     cols = [("batch", "sample(batch)"), ("mode", "lazy-load check"), ("ms", "ms (best round)"),
-            ("vs_first", "time / first-read CRC (same round, median)"),
-            ("vs_ram", "time / all in RAM (same round, median)")]
+            ("vs_ram", "time / all in RAM (same round, median)"),
+            ("vs_before", "time / first pass before (same round, median)")]
     table = md_table(rows, cols)
+    rss_cols = [("mode", "lazy-load check"), ("rss0", "RSS before, MB"), ("rss1", "RSS after, MB"),
+                ("grow", "RSS growth, MB"), ("map0", "file mapping resident before, MB"),
+                ("map1", "after, MB"), ("verified", "chunks checked after")]
+    rss_table = md_table(rss_rows, rss_cols)
     head = (f"{args.transitions:,} MsPacman transitions (default options), file {file_mb:.0f} MB, "
             f"{len(tiers)} file-backed arrays, {args.rounds} rounds x {args.calls} calls, "
             f"samples identical in every mode: {result['identical']}; lazy load {load_s:.3f} s; "
             f"the frame-store consistency check that load runs: {consistency_s:.3f} s")
+    rss_head = (f"RSS over {args.rss_samples} calls of sample(256) per mode, each from the file's pages "
+                "dropped and every chunk unchecked, in this order, in one process:")
     print(head)
     print(table)
+    print(rss_head)
+    print(rss_table)
     save_results(args.out, {"transitions": args.transitions, "fill_s": fill_s, "file_mb": file_mb,
                             "lazy_load_s": load_s, "consistency_check_s": consistency_s,
                             "file_arrays": len(tiers), "identical": result["identical"],
-                            "rows": rows, "rounds": {str(b): result[b]["rounds"] for b in (256, 32)}},
-                 f"# bench_lazy_verify\n\n{head}\n\n{table}\n")
+                            "rows": rows, "rss": rss_rows, "rss_samples": args.rss_samples,
+                            "rounds": {str(b): result[b]["rounds"] for b in (256, 32)}},
+                 f"# bench_lazy_verify\n\n{head}\n\n{table}\n\n{rss_head}\n\n{rss_table}\n")
     return 0
 
 
@@ -188,23 +253,53 @@ def run(lazy: Any, ram: Any, tiers: list[Any], args: argparse.Namespace) -> dict
                               and np.array_equal(s.next_observations.numpy(),
                                                  want.next_observations.numpy()))
         rounds: list[dict[str, float]] = []
-        order = [*MODES, "in RAM"]
+        order = [*MODES, RAM]
         for r in range(args.rounds):
             times = {}
             for mode in order[r % len(order):] + order[:r % len(order)]:  # each mode first in some round
-                if mode != "in RAM":
+                if mode != RAM:
                     set_mode(tiers, mode)
-                b = ram if mode == "in RAM" else lazy
-                times[mode] = robust_ms(lambda b=b, n=batch: b.sample(n), n=args.calls, groups=5)["ms"]
+                b = ram if mode == RAM else lazy
+                first_pass = mode in (NEW, BEFORE)
+
+                def call(b: Any = b, n: int = batch, first_pass: bool = first_pass) -> None:
+                    if first_pass:  # every chunk of the batch read for the first time
+                        unchecked(tiers)
+                    b.sample(n)
+
+                times[mode] = robust_ms(call, n=args.calls, groups=5)["ms"]
             rounds.append(times)
-        best = {m: {"ms": min(r[m] for r in rounds)} for m in (*MODES, "in RAM")}
-        ratio = {m: float(np.median([r[m] / r["first read"] for r in rounds])) for m in best}
-        ratio_ram = {m: float(np.median([r[m] / r["in RAM"] for r in rounds])) for m in best}
+        best = {m: {"ms": min(r[m] for r in rounds)} for m in (*MODES, RAM)}
+        ratio = {m: float(np.median([r[m] / r[BEFORE] for r in rounds])) for m in best}
+        ratio_ram = {m: float(np.median([r[m] / r[RAM] for r in rounds])) for m in best}
         out[batch] = {**best, "ratio": ratio, "ratio_ram": ratio_ram, "rounds": rounds}
         print(f"sample({batch}): " + ", ".join(f"{m} {ratio[m]:.3f}" for m in best), file=sys.stderr)
-    set_mode(tiers, "first read + ctime")
+    set_mode(tiers, NEW)
     out["identical"] = identical
     return out
+
+
+def rss_growth(lazy: Any, tiers: list[Any], path: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from _bench_common import rss
+
+    for mode in RSS_MODES:  # warm up: every mode's buffers allocated before any is measured
+        set_mode(tiers, mode)
+        for _ in range(3):
+            lazy.sample(256)
+    rows = []
+    for mode in RSS_MODES:
+        set_mode(tiers, mode)  # every chunk unchecked
+        drop_pages(tiers)
+        r0, m0 = rss(), mapped_kb(path)
+        for _ in range(args.rss_samples):
+            lazy.sample(256)
+        r1, m1 = rss(), mapped_kb(path)
+        rows.append({"mode": mode, "rss0": r0 / 1e6, "rss1": r1 / 1e6, "grow": (r1 - r0) / 1e6,
+                     "map0": m0 / 1e3, "map1": m1 / 1e3,
+                     "verified": sum(int(t._checked.sum()) for t in tiers) if mode != NO_CRC else 0})
+        print(f"rss {mode}: {rows[-1]}", file=sys.stderr)
+    set_mode(tiers, NEW)
+    return rows
 
 
 if __name__ == "__main__":

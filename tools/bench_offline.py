@@ -73,8 +73,8 @@ def phase_sample(args: argparse.Namespace) -> dict:
     out = Path(args.work) / "run.h5"
     proc = psutil.Process()
     lazy_only: dict = {"lazy_samples_256": args.lazy_samples}
-    # verify=False first (no chunk CRCs: nothing mapped), then the default (CRC32 of each chunk on
-    # its first read, through the file's mapping)
+    # verify=False first (no chunk CRCs), then the default (CRC32 of each chunk on its first read,
+    # computed by the native read on the bytes it pread)
     for label, verify in (("noverify", False), ("default", None)):
         t0 = time.perf_counter()
         buf = DQNReplayBuffer.load(out, lazy=True, device="cpu", verify=verify)

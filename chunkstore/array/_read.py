@@ -24,7 +24,7 @@ from chunkstore import _threads, native
 from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.array._fields import ArrayFields
 from chunkstore.errors import CorruptChunkError, FileChangedError
-from chunkstore.tiers import ChunkRef
+from chunkstore.tiers import ChunkRef, ReadChecks
 
 __all__ = ["ReadPath"]
 
@@ -136,26 +136,40 @@ class ReadPath(ArrayFields):
             segs = segments()
             if segs is None:
                 return False
-            if tier.checks_reads:
-                self._check_reads(ids)
+            checks = self._check_reads(ids) if tier.checks_reads else None
+            crc_chunks, crc_want, entries = checks[0] if checks is not None else (None, None, None)
             chunks, addrs = table.open_index()
             res = native.gather(
                 ids, out, dst_off, pattern, chunk_len=self.chunk_len, capacity=self.capacity,
                 item_bytes=self._item_nbytes, table=(table.seg, table.off, table.len), segs=segs,
                 max_chunk_bytes=self._max_len, open_chunks=chunks, open_addr=addrs, spec=spec,
                 threads=self.threads, keep=list(table.open.values()) if self.threads > 1 else None,
+                crc_chunks=crc_chunks, crc_want=crc_want,
             )
+        if checks is not None and crc_chunks is not None and entries is not None:
+            if res.code == native.CRC_ERROR:  # the tier's error: it names the chunk and the file
+                raise checks[1].failed(int(entries[np.searchsorted(crc_chunks, res.chunk)]), res.found)
+            if not res.code:
+                checks[1].passed()
         if res.code:
             raise CorruptChunkError(
                 f"{self.name}: chunk {res.chunk} could not be decoded with {self.codec.name}: "
                 f"it {res.message}", array=self.name, chunk=res.chunk)
         return True
 
-    def _check_reads(self, ids: np.ndarray) -> None:
+    def _check_reads(self, ids: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ReadChecks] | None:
+        """The tier's checks before a native read of ``ids``, and the CRC32s the read must check:
+        ``((sorted chunks, their CRC32s, their entries in what the tier saw), checks)``."""
         table = self._table
         chunks = ids[ids >= 0] // self.chunk_len
         chunks = chunks[table.seg[chunks] >= 0]  # repeats are fine: the tier checks each chunk once
-        self.tier.check_reads(table.seg[chunks], table.off[chunks])
+        checks = self.tier.check_reads(table.seg[chunks], table.off[chunks])
+        if checks is None:
+            return None
+        sel = np.flatnonzero(checks.crc >= 0)
+        uniq, first = np.unique(chunks[sel], return_index=True)
+        entries = sel[first]
+        return (uniq, checks.crc[entries], entries), checks
 
     def _python_take(self, idx: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         """The read path in Python: the LRU cache, and codecs without a native decoder."""

@@ -35,6 +35,7 @@ from chunkstore import _threads
 from chunkstore.native.guard import interrupts_deferred
 
 __all__ = [
+    "CRC_ERROR",
     "NativeSpec",
     "available",
     "disabled",
@@ -53,6 +54,9 @@ PARALLEL_MIN_ITEMS = 512
 #: chunks one at a time while the caller does too, so a helper that starts late costs nothing)
 SHARED_MIN_ITEMS = 64
 
+#: GatherResult.code of a chunk whose CRC32 did not match (``found``: the CRC32 computed)
+CRC_ERROR = 5
+
 _lock = threading.Lock()
 _loaded: Any = None  # the _Native instance once loaded
 _reason: str | None = None  # why it could not load
@@ -63,10 +67,11 @@ _warned = False
 class _Native:
     def __init__(self) -> None:
         from chunkstore.native import _kernels
-        from chunkstore.native._lib import load_zstd
+        from chunkstore.native._lib import crc32_address, load_zstd
 
         self.kernels = _kernels
         self.zstd = load_zstd()
+        self.crc32 = crc32_address()  # 0: the kernels' own table CRC32
         self.local = threading.local()
 
 
@@ -168,6 +173,8 @@ class GatherResult:
             return f"decodes to {self.found} bytes, not the expected size"
         if self.code == k.DECODE_ERROR:
             return f"is not a valid frame (libzstd error {-self.found})"
+        if self.code == k.CRC_ERROR:
+            return f"has CRC32 {self.found:#010x}, not the one its file records"
         if self.code == k.READ_ERROR:
             return f"could not be read from its file (read returned {self.found}: truncated?)"
         return f"lies in segment {self.found}, which has no host address or file"
@@ -190,6 +197,8 @@ def gather(
     spec: NativeSpec,
     threads: int = 1,
     keep: Any = None,
+    crc_chunks: np.ndarray | None = None,
+    crc_want: np.ndarray | None = None,
 ) -> GatherResult:
     """Copy item ``ids[i]`` of a chunked array to ``dst`` at byte ``dst_off[i]`` (``-1``: zeros).
 
@@ -206,6 +215,10 @@ def gather(
     ``keep`` (whatever else the addresses point into: open chunk buffers, segment
     storage) until they end, so a worker of a read whose caller was interrupted
     before it could wait writes and reads only memory that is still allocated.
+
+    ``crc_chunks`` (sorted int64 chunk indices) and ``crc_want`` (their CRC32s, int64):
+    chunks whose stored bytes are checked, on the buffer they were read into, before
+    they are decoded; a mismatch is ``code`` CRC_ERROR with the CRC found.
     """
     nat = _load()
     assert nat is not None, "gather() needs the native layer; check available() first"
@@ -214,7 +227,9 @@ def gather(
     p[k.CHUNK_LEN], p[k.CAPACITY], p[k.ITEM_BYTES] = chunk_len, capacity, item_bytes
     p[k.NRUNS], p[k.RUN], p[k.STRIDE] = pattern
     p[k.DST], p[k.KIND], p[k.FN], p[k.DDICT] = dst.ctypes.data, spec.kind, nat.zstd.decompress, spec.ddict
-    p[k.PREAD] = nat.zstd.pread
+    p[k.PREAD], p[k.CRC_FN] = nat.zstd.pread, nat.crc32
+    if crc_chunks is None or crc_want is None:
+        crc_chunks = crc_want = _NO_CRC
     seg, off, clen = table
     need = chunk_len * item_bytes
     threads = _threads_for(int(threads), ids.size)
@@ -223,7 +238,8 @@ def gather(
         status = getattr(nat.local, "status", None)
         if status is None:
             status = nat.local.status = np.zeros(3, np.int64)
-        k.gather_all(ids, dst_off, p, seg, off, clen, _plain(segs), open_chunks, open_addr, _scratch(nat, need),
+        k.gather_all(ids, dst_off, p, seg, off, clen, _plain(segs), open_chunks, open_addr, crc_chunks, crc_want,
+                     _scratch(nat, need),
                      _cbuf(nat, max_chunk_bytes), status)
         return GatherResult(int(status[0]), int(status[1]), int(status[2]))
     order, starts = np.empty(ids.size, np.int64), np.empty(ids.size + 1, np.int64)
@@ -236,7 +252,7 @@ def gather(
         pp[k.DCTX] = nat.zstd.dctx()
         status = np.zeros(3, np.int64)
         k.gather_shared(ids, dst_off, order, starts, next_group, pp, seg, off, clen, _plain(segs), open_chunks,
-                        open_addr, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
+                        open_addr, crc_chunks, crc_want, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
         return status
 
     futures: list[_threads.Task] = []
@@ -253,6 +269,9 @@ def gather(
     results += [f.result() for f in futures if not f.cancelled()]
     bad = next((st for st in results if st[0] != 0), results[0])
     return GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))
+
+
+_NO_CRC = np.zeros(0, np.int64)
 
 
 def _threads_for(threads: int, items: int) -> int:

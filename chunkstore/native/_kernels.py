@@ -13,6 +13,12 @@ memory-mapped file), and libzstd is called through a function address
 An item is copied as ``nruns`` runs of ``run`` bytes, read contiguously from the
 source and written ``stride`` bytes apart: one run for a contiguous output, one
 run per pixel for a channel-last frame stack. Item ``-1`` is written as zeros.
+
+A chunk listed in ``crc_chunks`` (sorted) has its CRC32 checked against ``crc_want``
+on the very bytes the kernel decodes (the buffer ``pread`` filled, for a chunk in a
+file), before they are decoded: by zlib's ``crc32`` through its address ``p[CRC_FN]``,
+or, when no libz could be loaded (0), by :func:`crc32_table`, a slicing-by-8 table
+CRC32 bit-exact with zlib's.
 """
 
 from __future__ import annotations
@@ -25,19 +31,36 @@ from numba.extending import intrinsic
 
 from chunkstore.native.guard import guard_module
 
-__all__ = ["NPARAMS", "RAW", "ZSTD", "gather_all", "gather_groups", "gather_shared", "plan_groups"]
+__all__ = ["NPARAMS", "RAW", "ZSTD", "crc32_at", "crc32_table", "gather_all", "gather_groups", "gather_shared",
+           "plan_groups"]
 
 
 # slots of the int64 parameter vector of gather_groups (module constants: numba
 # freezes them into the compiled code)
-CHUNK_LEN, CAPACITY, ITEM_BYTES, NRUNS, RUN, STRIDE, DST, KIND, FN, DDICT, DCTX, PREAD = range(12)
-NPARAMS = 12
+CHUNK_LEN, CAPACITY, ITEM_BYTES, NRUNS, RUN, STRIDE, DST, KIND, FN, DDICT, DCTX, PREAD, CRC_FN = range(13)
+NPARAMS = 13
 #: KIND: the chunk bytes are the raw items / a zstd frame
 RAW, ZSTD = 0, 1
 
 
 # status[0] codes (status[1] = chunk, status[2] = what was found)
-OK, WRONG_SIZE, DECODE_ERROR, NO_ADDRESS, READ_ERROR = 0, 1, 2, 3, 4
+OK, WRONG_SIZE, DECODE_ERROR, NO_ADDRESS, READ_ERROR, CRC_ERROR = 0, 1, 2, 3, 4, 5
+
+
+def _crc_tables() -> np.ndarray:
+    """The 8 x 256 tables of a slicing-by-8 CRC32 (zlib's polynomial, reflected)."""
+    t = np.zeros((8, 256), np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        t[0, i] = c
+    for k in range(1, 8):
+        t[k] = (t[k - 1] >> 8) ^ t[0, t[k - 1] & 0xFF]
+    return t
+
+
+_CRC_T = _crc_tables()  # a global array: numba freezes it into the compiled code
 
 
 @intrinsic
@@ -64,6 +87,20 @@ def _call4(typingctx, fn, a, b, c, d):  # type: ignore[no-untyped-def]
         fnty = ir.FunctionType(i64, [i32, i64, i64, i64])
         fd = builder.trunc(args[1], i32)
         return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), [fd, *args[2:]])
+
+    return sig, codegen
+
+
+@intrinsic
+def _call_crc(typingctx, fn, crc, buf, n):  # type: ignore[no-untyped-def]
+    """zlib's ``crc32(uLong crc, const Bytef *buf, uInt len)`` at address ``fn``."""
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        fnty = ir.FunctionType(i64, [i64, i64, i32])
+        return builder.call(builder.inttoptr(args[0], fnty.as_pointer()),
+                            [args[1], args[2], builder.trunc(args[3], i32)])
 
     return sig, codegen
 
@@ -145,6 +182,40 @@ def _zero_item(dst, nruns, run, stride):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
+def crc32_table(addr, n):  # type: ignore[no-untyped-def]
+    """CRC32 of the ``n`` bytes at ``addr`` (zlib's), slicing-by-8 over :data:`_CRC_T`."""
+    t = _CRC_T
+    buf = carray(_u8ptr(addr), max(n, 1))
+    c = np.uint32(0xFFFFFFFF)
+    i = 0
+    while i + 8 <= n:
+        a = c ^ (np.uint32(buf[i]) | (np.uint32(buf[i + 1]) << 8) | (np.uint32(buf[i + 2]) << 16)
+                 | (np.uint32(buf[i + 3]) << 24))
+        c = (t[7, a & 0xFF] ^ t[6, (a >> 8) & 0xFF] ^ t[5, (a >> 16) & 0xFF] ^ t[4, a >> 24]
+             ^ t[3, buf[i + 4]] ^ t[2, buf[i + 5]] ^ t[1, buf[i + 6]] ^ t[0, buf[i + 7]])
+        i += 8
+    while i < n:
+        c = t[0, (c ^ buf[i]) & 0xFF] ^ (c >> 8)
+        i += 1
+    return np.int64(c ^ np.uint32(0xFFFFFFFF))
+
+
+@njit(nogil=True, cache=True)
+def crc32_at(fn, addr, n):  # type: ignore[no-untyped-def]
+    """CRC32 of the ``n`` bytes at ``addr``: zlib's ``crc32`` at address ``fn``, or the table (``fn`` 0)."""
+    if fn == 0:
+        return crc32_table(addr, n)
+    crc = np.int64(0)
+    done = np.int64(0)
+    while True:  # zlib takes a 32-bit length: 1 GiB at a time
+        step = min(n - done, np.int64(1) << 30)
+        crc = _call_crc(fn, crc, addr + done, step)
+        done += step
+        if done >= n:
+            return crc & 0xFFFFFFFF
+
+
+@njit(nogil=True, cache=True)
 def plan_groups(ids, chunk_len, order, starts):  # type: ignore[no-untyped-def]
     """Order the requests by chunk into ``order`` (n) and ``starts`` (n + 1); return the group count.
 
@@ -168,8 +239,8 @@ def plan_groups(ids, chunk_len, order, starts):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr, work,
-                 cwork, cbuf_size, status):  # type: ignore[no-untyped-def]
+def _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr, crc_chunks,
+                 crc_want, work, cwork, cbuf_size, status):  # type: ignore[no-untyped-def]
     """Serve group ``g`` of a plan; False (``status`` set) on the first failure."""
     chunk_len, capacity, item = p[CHUNK_LEN], p[CAPACITY], p[ITEM_BYTES]
     nruns, run, stride, dst = p[NRUNS], p[RUN], p[STRIDE], p[DST]
@@ -198,6 +269,13 @@ def _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_c
         else:
             status[0], status[1], status[2] = NO_ADDRESS, c, sg
             return False
+        if crc_chunks.size:
+            j = np.searchsorted(crc_chunks, c)
+            if j < crc_chunks.size and crc_chunks[j] == c:
+                got = crc32_at(p[CRC_FN], src, n)
+                if got != crc_want[j]:
+                    status[0], status[1], status[2] = CRC_ERROR, c, got
+                    return False
         want = min(chunk_len, capacity - c * chunk_len) * item
         if p[KIND] == RAW:
             if n != want:
@@ -226,27 +304,29 @@ def _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_c
 
 @njit(nogil=True, cache=True)
 def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
-                  open_chunks, open_addr, scratch, cbuf, status):  # type: ignore[no-untyped-def]
+                  open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status):  # type: ignore[no-untyped-def]
     """Serve groups ``g0..g1`` of a plan: decode each chunk once, copy its items out.
 
     ``segs[0, s]`` is segment ``s``'s host address (0: not in memory), ``segs[1, s]``
     a file descriptor to ``pread`` it from (-1: none): bytes in files are read into
     ``cbuf``, never mapped, so reading a file adds nothing to the resident set and a
-    truncated file is a short read, not a SIGBUS. ``status`` receives (code, chunk,
+    truncated file is a short read, not a SIGBUS. A chunk in ``crc_chunks`` (sorted; its
+    expected CRC32 at the same place in ``crc_want``) is checked before it is decoded.
+    ``status`` receives (code, chunk,
     found) of the first failure; nothing is written outside ``dst`` (whose layout
     ``dst_off`` and the copy pattern in ``p`` describe), ``scratch`` and ``cbuf``.
     """
     work, cwork = scratch.ctypes.data, cbuf.ctypes.data
     for g in range(g0, g1):
         if not _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
-                            work, cwork, cbuf.size, status):
+                            crc_chunks, crc_want, work, cwork, cbuf.size, status):
             return
     status[0] = OK
 
 
 @njit(nogil=True, cache=True)
 def gather_shared(ids, dst_off, order, starts, next_group, p, seg, off, clen, segs,
-                  open_chunks, open_addr, scratch, cbuf, status):  # type: ignore[no-untyped-def]
+                  open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status):  # type: ignore[no-untyped-def]
     """Serve groups of a plan that no other thread took, one at a time, until none is left.
 
     Several threads run this on one plan at once, each with its own ``scratch``,
@@ -265,7 +345,7 @@ def gather_shared(ids, dst_off, order, starts, next_group, p, seg, off, clen, se
         if g >= ngroups:
             break
         if not _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
-                            work, cwork, cbuf.size, status):
+                            crc_chunks, crc_want, work, cwork, cbuf.size, status):
             return served
         served += 1
     status[0] = OK
@@ -273,14 +353,14 @@ def gather_shared(ids, dst_off, order, starts, next_group, p, seg, off, clen, se
 
 
 @njit(nogil=True, cache=True)
-def gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, scratch, cbuf,
-               status):  # type: ignore[no-untyped-def]
+def gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, crc_chunks, crc_want, scratch,
+               cbuf, status):  # type: ignore[no-untyped-def]
     """:func:`plan_groups` then :func:`gather_groups` over every group: a whole read on one thread."""
     order = np.empty(ids.size, np.int64)
     starts = np.empty(ids.size + 1, np.int64)
     ng = plan_groups(ids, p[CHUNK_LEN], order, starts)
     gather_groups(ids, dst_off, order, starts, 0, ng, p, seg, off, clen, segs,
-                  open_chunks, open_addr, scratch, cbuf, status)
+                  open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status)
 
 
 guard_module(globals())  # kernels load with Ctrl-C held off (chunkstore.native.guard)

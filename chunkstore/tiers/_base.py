@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ChunkRef", "Tier"]
+__all__ = ["ChunkRef", "ReadChecks", "Tier"]
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -32,6 +32,19 @@ class ChunkRef(NamedTuple):
     segment: int
     offset: int
     nbytes: int
+
+
+class ReadChecks(NamedTuple):
+    """CRC32s a native read must check, from :meth:`Tier.check_reads`.
+
+    ``crc``: per chunk passed to ``check_reads``, the CRC32 its stored bytes must have
+    (int64), or -1 for none to check. After a read that checked them, ``passed()``;
+    on a mismatch, ``failed(i, found)`` is the error to raise for entry ``i``.
+    """
+
+    crc: np.ndarray
+    passed: Callable[[], None]
+    failed: Callable[[int, int], Exception]
 
 
 class Tier(ABC):
@@ -127,8 +140,14 @@ class Tier(ABC):
     #: whether :meth:`check_reads` must see the chunks before a native read
     checks_reads: bool = False
 
-    def check_reads(self, segments: np.ndarray, offsets: np.ndarray) -> None:  # noqa: B027
-        """Validate chunks about to be read natively (a file tier checks their CRC32 once)."""
+    def check_reads(self, segments: np.ndarray, offsets: np.ndarray) -> ReadChecks | None:
+        """Validate chunks about to be read natively; the CRC32s the read must check, if any.
+
+        A file tier checks here that its file is unchanged, and hands the expected CRC32
+        of each chunk not checked yet to the native read, which checks them on the bytes
+        it reads (:class:`ReadChecks`). None: nothing to check.
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (files, mappings, device memory)."""
