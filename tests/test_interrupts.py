@@ -301,7 +301,7 @@ def test_her_add_interrupted_is_undone_or_completed(k, image, n_envs, device):
             assert_samples_equal(ref, ours, 8, seed, where=f"HER at={at}")
 
 
-def rollout_pair(dict_obs: bool = False):
+def rollout_pair(dict_obs: bool = False, buffer_device=None):
     from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 
     from sb3_integration import CompressedDictRolloutBuffer, CompressedRolloutBuffer
@@ -310,7 +310,8 @@ def rollout_pair(dict_obs: bool = False):
     ref_cls, our_cls = (DictRolloutBuffer, CompressedDictRolloutBuffer) if dict_obs else (
         RolloutBuffer, CompressedRolloutBuffer)
     ref = ref_cls(12, space, ACT, "cpu", 0.95, 0.99, 2)
-    ours = our_cls(12, space, ACT, "cpu", 0.95, 0.99, 2, chunk_len=4, compression_method="zstd3")
+    ours = our_cls(12, space, ACT, "cpu", 0.95, 0.99, 2, chunk_len=4, compression_method="zstd3",
+                   buffer_device=buffer_device)
     return ref, ours
 
 
@@ -338,15 +339,15 @@ def assert_rollout_equal(ref, ours, skip=None):
 
 
 @pytest.mark.parametrize("dict_obs", [False, True])
-@pytest.mark.parametrize("k", [0, 5, 11])
-def test_rollout_add_interrupted_leaves_other_rows_and_get_exact(dict_obs, k):
+@pytest.mark.parametrize("k,buffer_device", [(0, None), (5, None), (11, None), (0, "cpu"), (11, "cpu")])
+def test_rollout_add_interrupted_leaves_other_rows_and_get_exact(dict_obs, k, buffer_device):
     steps = rollout_steps(dict_obs)
-    _, ours0 = rollout_pair(dict_obs)
+    _, ours0 = rollout_pair(dict_obs, buffer_device)
     for s in steps[:k]:
         ours0.add(*s)
     total = count_events(lambda: ours0.add(*steps[k]))
     for at in positions(total, 30, seed=k):
-        ref, ours = rollout_pair(dict_obs)
+        ref, ours = rollout_pair(dict_obs, buffer_device)
         for s in steps[:k]:
             ref.add(*s)
             ours.add(*s)
