@@ -42,6 +42,7 @@ from _bench_common import ensure_importable, md_table, run_fresh, save_results, 
 ensure_importable()
 
 ARMS = ("uniform", "prioritized")
+RATES = ("steps_per_s", "train_steps_per_s", "train_steps_per_cpu_s")
 
 
 def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -84,6 +85,7 @@ def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
     class Log(BaseCallback):
         def _on_training_start(self) -> None:
             self.t0 = time.perf_counter()
+            self.c0 = time.process_time()
             self.losses: list[float] = []
             self.last_updates = 0
 
@@ -94,6 +96,7 @@ def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
                 self.losses.append(float(m.logger.name_to_value["train/loss"]))
             if self.num_timesteps % cfg["log_every"] == 0:
                 point: dict[str, Any] = {"step": self.num_timesteps, "wall_s": time.perf_counter() - self.t0,
+                                         "cpu_s": time.process_time() - self.c0,
                                          "n_updates": m._n_updates,
                                          "loss": float(np.mean(self.losses)) if self.losses else None}
                 self.losses = []
@@ -114,11 +117,13 @@ def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
     total_s = time.perf_counter() - t0
     start = next((p for p in points if p["step"] >= cfg["learning_starts"]), None)
     end = points[-1]
-    train_sps = ((end["step"] - start["step"]) / (end["wall_s"] - start["wall_s"])
-                 if start is not None and end["step"] > start["step"] else None)
+    rates: dict[str, float | None] = {"train_steps_per_s": None, "train_steps_per_cpu_s": None}
+    if start is not None and end["step"] > start["step"]:
+        rates["train_steps_per_s"] = (end["step"] - start["step"]) / (end["wall_s"] - start["wall_s"])
+        rates["train_steps_per_cpu_s"] = (end["step"] - start["step"]) / (end["cpu_s"] - start["cpu_s"])
     env.close()
     return {"arm": cfg["arm"], "steps": cfg["steps"], "total_s": total_s, "steps_per_s": cfg["steps"] / total_s,
-            "train_steps_per_s": train_sps, "n_updates": model._n_updates, "points": points}
+            **rates, "n_updates": model._n_updates, "points": points}
 
 
 def plot(results: dict[str, dict[str, Any]], path: Path, title: str) -> str | None:
@@ -170,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-every", type=int, default=250)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads per arm")
+    p.add_argument("--rounds", type=int, default=2, help="runs of each arm, arms taking turns (best rate kept)")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--out", default=None, help="JSON path (a .md and a .png are written beside it)")
     p.add_argument("--config", default=None, help=argparse.SUPPRESS)  # child mode
@@ -179,20 +185,33 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cfg = {k: getattr(args, k) for k in ("game", "steps", "learning_starts", "buffer_size", "policy", "alpha",
                                          "beta", "compression", "log_every", "seed", "threads")}
+    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    for _ in range(args.rounds):
+        for arm in ARMS:  # one after the other: each has the machine's share to itself
+            res = run_fresh(__file__, {**cfg, "arm": arm}, timeout=args.timeout)
+            print(f"{arm}: " + json.dumps({k: v for k, v in res.items() if k != "points"}), file=sys.stderr)
+            runs[arm].append(res)
     results = {}
-    for arm in ARMS:  # one after the other: each has the machine's share to itself
-        results[arm] = run_fresh(__file__, {**cfg, "arm": arm}, timeout=args.timeout)
-        print(f"{arm}: " + json.dumps({k: v for k, v in results[arm].items() if k != "points"}), file=sys.stderr)
+    for arm, rs in runs.items():  # rates: the best round; curves and the rest: the first good round
+        good = [r for r in rs if "error" not in r]
+        best = dict(good[0]) if good else dict(rs[0])
+        for key in RATES:
+            values = [r[key] for r in good if r.get(key)]
+            best[key] = max(values) if values else None
+        best["rounds"] = len(good)
+        best["all_rounds"] = [{k: v for k, v in r.items() if k != "points"} for r in rs]
+        results[arm] = best
     uni, pri = results["uniform"], results["prioritized"]
     ratios = {}
-    for key in ("steps_per_s", "train_steps_per_s"):
+    for key in RATES:
         if uni.get(key) and pri.get(key):
             ratios[f"prioritized_vs_uniform_{key}"] = pri[key] / uni[key]
-    rows = [{"arm": arm, **{k: res.get(k) for k in ("steps", "n_updates", "total_s", "steps_per_s",
-                                                    "train_steps_per_s")}} for arm, res in results.items()]
+    rows = [{"arm": arm, **{k: res.get(k) for k in ("steps", "n_updates", "rounds", *RATES)}}
+            for arm, res in results.items()]
     md = md_table(rows, [("arm", "arm"), ("steps", "env steps"), ("n_updates", "gradient steps"),
-                         ("total_s", "wall s"), ("steps_per_s", "steps/s (whole run)"),
-                         ("train_steps_per_s", "steps/s (training phase)")])
+                         ("rounds", "rounds"), ("steps_per_s", "steps/s (whole run)"),
+                         ("train_steps_per_s", "steps/s (training phase)"),
+                         ("train_steps_per_cpu_s", "steps per CPU s (training phase)")])
     md += "\n\n" + "\n".join(f"- {k}: {v:.3f}" for k, v in ratios.items())
     print(md)
     if args.out:
