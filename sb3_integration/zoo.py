@@ -39,7 +39,7 @@ from typing import Any
 
 import sb3_integration
 
-__all__ = ["ALGOS", "NAMES", "main", "register"]
+__all__ = ["ALGOS", "NAMES", "SEARCH_AS", "main", "register"]
 
 #: the names made available to rl-zoo3's hyperparameter strings
 NAMES = (
@@ -58,11 +58,14 @@ NAMES = (
 
 #: the algorithms added to ``rl_zoo3.utils.ALGOS`` (key: the ``--algo`` name)
 ALGOS = {"per_dqn": "PrioritizedDQN", "per_qrdqn": "PrioritizedQRDQN"}
+#: the rl-zoo3 algorithm whose hyperparameter search (``-optimize``) each one reuses
+SEARCH_AS = {"per_dqn": "dqn", "per_qrdqn": "qrdqn"}
 
 
 def register(namespace: Any = None, algos: Any = None) -> None:
     """Add :data:`NAMES` to ``namespace`` (default: the module ``rl_zoo3.exp_manager``) and
-    :data:`ALGOS` to the dict ``algos`` (default: ``rl_zoo3.utils.ALGOS``).
+    :data:`ALGOS` to the dict ``algos`` (default: ``rl_zoo3.utils.ALGOS``, and then rl-zoo3's
+    hyperparameter samplers and converters of :data:`SEARCH_AS` under the new keys too).
 
     Raises
     ------
@@ -82,6 +85,7 @@ def register(namespace: Any = None, algos: Any = None) -> None:
         if existing is not obj:
             raise ValueError(f"{namespace.__name__}.{name} is already {existing!r}; not replacing it")
         setattr(namespace, name, obj)
+    default_algos = algos is None
     if algos is None:
         import rl_zoo3.utils
 
@@ -92,6 +96,13 @@ def register(namespace: Any = None, algos: Any = None) -> None:
         if existing is not cls:
             raise ValueError(f"rl-zoo3's ALGOS[{key!r}] is already {existing!r}; not replacing it")
         algos[key] = cls
+    if default_algos:  # -optimize: the samplers and converters of the uniform algorithms
+        from rl_zoo3.hyperparams_opt import HYPERPARAMS_CONVERTER, HYPERPARAMS_SAMPLER
+
+        for table in (HYPERPARAMS_SAMPLER, HYPERPARAMS_CONVERTER):
+            for key, base in SEARCH_AS.items():
+                if base in table:
+                    table.setdefault(key, table[base])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -54,6 +54,9 @@ def test_plugin_adds_the_prioritized_algorithms_to_rl_zoo3s_algos():
     zoo.register()  # idempotent
     em = pytest.importorskip("rl_zoo3.exp_manager")
     assert em.ALGOS is utils.ALGOS  # the dict rl-zoo3's ExperimentManager builds models from
+    assert em.HYPERPARAMS_SAMPLER["per_dqn"] is em.HYPERPARAMS_SAMPLER["dqn"]
+    assert em.HYPERPARAMS_SAMPLER["per_qrdqn"] is em.HYPERPARAMS_SAMPLER["qrdqn"]
+    assert em.HYPERPARAMS_CONVERTER["per_qrdqn"] is em.HYPERPARAMS_CONVERTER["qrdqn"]
     with pytest.raises(ValueError, match="per_dqn"):
         zoo.register(types.SimpleNamespace(__name__="elsewhere"), algos={"per_dqn": object()})
 
