@@ -99,7 +99,8 @@ def register(namespace: Any = None, algos: Any = None) -> None:
     if default_algos:  # -optimize: the samplers and converters of the uniform algorithms
         from rl_zoo3.hyperparams_opt import HYPERPARAMS_CONVERTER, HYPERPARAMS_SAMPLER
 
-        for table in (HYPERPARAMS_SAMPLER, HYPERPARAMS_CONVERTER):
+        tables: tuple[dict[str, Any], ...] = (HYPERPARAMS_SAMPLER, HYPERPARAMS_CONVERTER)
+        for table in tables:
             for key, base in SEARCH_AS.items():
                 if base in table:
                     table.setdefault(key, table[base])
