@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = {k: getattr(args, k) for k in ("game", "steps", "learning_starts", "buffer_size", "policy", "alpha",
                                          "beta", "compression", "log_every", "seed", "threads")}
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
-    for _ in range(args.rounds):
-        for arm in ARMS:  # one after the other: each has the machine's share to itself
+    for r in range(args.rounds):
+        for arm in ARMS if r % 2 == 0 else ARMS[::-1]:  # one at a time; which goes first alternates
             res = run_fresh(__file__, {**cfg, "arm": arm}, timeout=args.timeout)
             print(f"{arm}: " + json.dumps({k: v for k, v in res.items() if k != "points"}), file=sys.stderr)
             runs[arm].append(res)
