@@ -11,9 +11,13 @@ Env: SB3's ``make_atari_env`` (AtariWrapper: 84x84 grayscale, frame skip 4) +
 ``VecFrameStack(4)``, one env. Policy: ``CnnPolicy`` (Nature CNN) by default. Every
 ``--log-every`` env steps each arm logs the mean training loss since the last point, and the
 prioritized arm also the mean stored priority ``p_i`` and the smallest / largest importance
-weight of the batches since the last point; both log the wall time, so the steps/s of the
-training phase (after ``learning_starts``) are measured in the same run. On a loaded machine
-both arms are slowed alike only roughly: the ratio is the number to read, not the absolute rates.
+weight of the batches since the last point; both log the wall time and the process's CPU
+time (every thread), so the steps/s of the training phase (after ``learning_starts``) are
+measured per wall second and per CPU second. The arms run ``--rounds`` times, taking turns
+(uniform, prioritized; then prioritized, uniform; ...), and each rate is the best over the
+rounds: other processes on a shared machine only ever slow an arm down, and on a loaded machine
+the CPU-time rate is the steadier one. The ratio of the arms is the number to read, not the
+absolute rates.
 
 The run is far too short to say anything about learning (Pong takes millions of steps): it
 shows what prioritized replay costs per step and that its mechanics (priorities fed back,
