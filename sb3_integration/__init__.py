@@ -40,7 +40,7 @@ _EXPORTS = {
     "FrameStore": "frames", "StackLayout": "frames",
     **dict.fromkeys(["CompressedPrioritizedReplayBuffer", "CompressedPrioritizedDictReplayBuffer",
                      "CompressedPrioritizedNStepReplayBuffer"], "prioritized"),
-    "PrioritizedDQN": "per_dqn",
+    "PrioritizedDQN": "per_dqn", "PrioritizedQRDQN": "per_qrdqn",
 }
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers
@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers
     from sb3_integration.frames import FrameStore, StackLayout
     from sb3_integration.her import CompressedHerReplayBuffer
     from sb3_integration.per_dqn import PrioritizedDQN
+    from sb3_integration.per_qrdqn import PrioritizedQRDQN
     from sb3_integration.prioritized import (
         CompressedPrioritizedDictReplayBuffer,
         CompressedPrioritizedNStepReplayBuffer,
@@ -108,6 +109,7 @@ __all__ = [
     "GpuReplayBuffer",
     "GpuRolloutBuffer",
     "PrioritizedDQN",
+    "PrioritizedQRDQN",
     "StackLayout",
     "find_buffer_dtypes",
     "find_gpu_buffer_dtypes",
