@@ -446,7 +446,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:  # the writer is held out while the moment is captured
             state = self.__dict__.copy()
-            for name in ("observations", "next_observations", "_plan", "_memo", "_owned", "_lock"):
+            for name in ("observations", "next_observations", "_plan", "_memo", "_owned", "_lock", "_add_signature"):
                 state.pop(name, None)
             # a pickled buffer loads into RAM: no tier, which may hold locks, open files or a
             # lambda, goes into the pickle

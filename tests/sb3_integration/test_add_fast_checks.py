@@ -89,3 +89,24 @@ def test_signature_follows_the_frame_store():
     assert buf.__dict__["_add_signature"][0] is buf._stores[None]
     disc = CompressedReplayBuffer(16, spaces.Discrete(4), spaces.Discrete(3), "cpu")  # SB3 reshapes it first
     assert _replay_common(disc, np.array([[2]]), np.array([[3]]), *args[2:]) is None
+
+
+def test_the_remembered_signature_stays_out_of_pickles():
+    """It refers to the live frame store: pickled, it would carry the frames a second time."""
+    import pickle
+
+    space = spaces.Box(0, 255, (4, 8, 8), np.uint8)
+    buf = CompressedReplayBuffer(64, space, spaces.Discrete(3), "cpu", chunk_len=4)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        obs = rng.integers(0, 255, (1, 4, 8, 8), dtype=np.uint8)
+        buf.add(obs, obs, np.array([[1]]), np.array([0.5], np.float32), np.array([0.0], np.float32),
+                [{"TimeLimit.truncated": False}])
+    assert "_add_signature" in buf.__dict__  # the fast path ran
+    blob = pickle.dumps(buf)
+    assert "_add_signature" not in pickle.loads(blob).__dict__
+    without = buf.__dict__.pop("_add_signature")
+    try:
+        assert len(blob) == len(pickle.dumps(buf))  # the signature adds nothing to the pickle
+    finally:
+        buf.__dict__["_add_signature"] = without
