@@ -49,6 +49,8 @@ __all__ = [
     "CompressedPrioritizedReplayBuffer",
     "PrioritizedDictReplayBufferSamples",
     "PrioritizedReplayBufferSamples",
+    "checked_update",
+    "importance_weights",
     "PrioritizedReplayMixin",
 ]
 
@@ -94,10 +96,45 @@ def _vector(x: Any, name: str) -> np.ndarray:
     """``x`` (numpy, torch or a sequence) as a 1-D numpy array."""
     if isinstance(x, th.Tensor):
         x = x.detach().cpu().numpy()
-    a = np.asarray(x)
+    try:
+        a = np.asarray(x)
+    except Exception as e:
+        raise ValueError(f"{name} must be a 1-D array, got {type(x).__name__}: {e}") from None
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
     return a
+
+
+def importance_weights(masses: np.ndarray, min_mass: float, beta: float) -> np.ndarray:
+    """``(m_i / m_min) ** -beta`` as float32 (exactly 1.0 with ``beta = 0`` or equal masses): the
+    paper's ``(N P(i))^-beta / max_j (N P(j))^-beta`` with the max over every stored transition."""
+    masses = np.asarray(masses, np.float64)
+    if not beta or not len(masses):
+        return np.ones(len(masses), np.float32)
+    return np.power(masses / min_mass, -beta).astype(np.float32)
+
+
+def checked_update(indices: Any, priorities: Any, alpha: float,
+                   epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An ``update_priorities`` call's arguments checked: ``(indices int64, priorities fp64, masses)``
+    with ``masses = (priorities + epsilon) ** alpha``; ValueError naming what is wrong otherwise
+    (not 1-D, different lengths, non-integer indices, priorities negative, NaN, infinite, or whose
+    masses overflow float32). Where the indices may point is the caller's to check."""
+    idx, pri = _vector(indices, "indices"), _vector(priorities, "priorities")
+    if idx.size and idx.dtype.kind not in "iu":
+        raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
+    if pri.size and pri.dtype.kind not in "iuf":
+        raise ValueError(f"priorities must be numbers, got dtype {pri.dtype}")
+    if idx.shape != pri.shape:
+        raise ValueError(f"indices and priorities must have the same length, got {len(idx)} and {len(pri)}")
+    pri = pri.astype(np.float64)
+    if pri.size and not (np.isfinite(pri).all() and pri.min() >= 0):
+        raise ValueError("priorities must be finite and >= 0")
+    with np.errstate(over="ignore"):
+        masses = (pri + epsilon) ** alpha
+    if masses.size and masses.max() > np.finfo(np.float32).max:
+        raise ValueError("priorities ** alpha must fit in float32")
+    return idx.astype(np.int64), pri, masses
 
 
 class PrioritizedReplayMixin:
@@ -196,8 +233,7 @@ class PrioritizedReplayMixin:
                 self._priorities.update(np.arange(stored, stored + self.n_envs), 0.0)  # its row: no mass
                 slots, masses, gens = self._priorities.sample(batch_size)
             low = self._priorities.min
-        weights = np.power(masses / low, -self._beta).astype(np.float32) if self._beta else \
-            np.ones(len(slots), np.float32)
+        weights = importance_weights(masses, low, self._beta)
         rows, envs = slots // self.n_envs, slots % self.n_envs
         samples = self._batch(rows, lambda: read_samples(self, rows, envs, env))  # type: ignore[attr-defined]
         with self._lock:
@@ -222,22 +258,9 @@ class PrioritizedReplayMixin:
         of stored transitions; ``priorities``: 1-D, finite, >= 0, as long (numpy or torch). ValueError
         otherwise, and nothing changes.
         """
-        idx, pri = _vector(indices, "indices"), _vector(priorities, "priorities")
-        if idx.size and idx.dtype.kind not in "iu":
-            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
-        if pri.size and pri.dtype.kind not in "iuf":
-            raise ValueError(f"priorities must be numbers, got dtype {pri.dtype}")
-        if idx.shape != pri.shape:
-            raise ValueError(f"indices and priorities must have the same length, got {len(idx)} and {len(pri)}")
-        pri = pri.astype(np.float64)
-        if pri.size and not (np.isfinite(pri).all() and pri.min() >= 0):
-            raise ValueError("priorities must be finite and >= 0")
-        masses = (pri + self._epsilon) ** self._alpha
-        if masses.size and masses.max() > np.finfo(np.float32).max:
-            raise ValueError("priorities ** alpha must fit in float32")
+        idx, _, masses = checked_update(indices, priorities, self._alpha, self._epsilon)
         with self._lock:
             stored = (self.buffer_size if self.full else self.pos) * self.n_envs
-            idx = idx.astype(np.int64)
             if idx.size and (idx.min() < 0 or idx.max() >= stored):
                 raise ValueError(f"indices must be stored transitions, in [0, {stored}); got {idx.min()}..{idx.max()}")
             gens = self._pending.get(idx.tobytes())

@@ -33,8 +33,11 @@ from stable_baselines3.common.vec_env import VecNormalize
 from sb3_integration.distributed import options, remote
 from sb3_integration.distributed.sampler import DistributedReplayBuffer
 from sb3_integration.distributed.service import ReplayService
-from sb3_integration.distributed.shard_priority import masses_of
-from sb3_integration.prioritized import PrioritizedReplayBufferSamples
+from sb3_integration.prioritized import (
+    PrioritizedReplayBufferSamples,
+    checked_update,
+    importance_weights,
+)
 
 __all__ = ["PrioritizedDistributedReplayBuffer", "PriorityUpdates", "decode_indices", "encode_indices"]
 
@@ -54,26 +57,6 @@ def decode_indices(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return idx >> SHARD_SHIFT, (idx >> GENERATION_SHIFT) & _GEN_MASK, idx & _SLOT_MASK
 
 
-def importance_weights(masses: np.ndarray, min_mass: float, beta: float) -> np.ndarray:
-    """``(m_i / m_min) ** -beta`` as float32 (exactly 1.0 with ``beta = 0`` or equal masses)."""
-    masses = np.asarray(masses, np.float64)
-    if not beta or not len(masses):
-        return np.ones(len(masses), np.float32)
-    return np.power(masses / min_mass, -beta).astype(np.float32)
-
-
-def _vector(x: Any, name: str) -> np.ndarray:
-    if isinstance(x, th.Tensor):
-        x = x.detach().cpu().numpy()
-    try:
-        a = np.asarray(x)
-    except Exception as e:
-        raise ValueError(f"{name} must be a 1-D array, got {type(x).__name__}: {e}") from None
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    return a
-
-
 class PriorityUpdates:
     """Priority updates sent to a service's shards without waiting (see the module docstring)."""
 
@@ -89,18 +72,7 @@ class PriorityUpdates:
 
     def send(self, indices: Any, priorities: Any) -> None:
         """Check everything first (ValueError, nothing sent), then one remote call per shard."""
-        idx, pri = _vector(indices, "indices"), _vector(priorities, "priorities")
-        if idx.size and idx.dtype.kind not in "iu":
-            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
-        if pri.size and pri.dtype.kind not in "iuf":
-            raise ValueError(f"priorities must be numbers, got dtype {pri.dtype}")
-        if idx.shape != pri.shape:
-            raise ValueError(f"indices and priorities must have the same length, got {len(idx)} and {len(pri)}")
-        pri = pri.astype(np.float64)
-        if pri.size and not (np.isfinite(pri).all() and pri.min() >= 0):
-            raise ValueError("priorities must be finite and >= 0")
-        masses_of(pri, self.alpha, self.epsilon)  # ValueError when one overflows float32
-        idx = idx.astype(np.int64)
+        idx, pri, _ = checked_update(indices, priorities, self.alpha, self.epsilon)
         shard, gen, row = decode_indices(idx)
         if idx.size and (idx.min() < 0 or shard.max() >= self.service.n_shards
                          or row.max() >= self.service.config.spec.capacity):
