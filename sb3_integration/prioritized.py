@@ -49,9 +49,9 @@ __all__ = [
     "CompressedPrioritizedReplayBuffer",
     "PrioritizedDictReplayBufferSamples",
     "PrioritizedReplayBufferSamples",
+    "PrioritizedReplayMixin",
     "checked_update",
     "importance_weights",
-    "PrioritizedReplayMixin",
 ]
 
 #: samples whose generations are kept for update_priorities' stale check
