@@ -67,3 +67,22 @@ def still_running(procs: list, timeout: float = 20.0) -> list:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.2)
+
+
+def local_ray_session(module, num_cpus: int = 3):
+    """The body of a module's Ray fixture: a local Ray for ``module``'s tests (its functions and
+    these helpers pickled by value), then every Ray process it started stopped (checked)."""
+    import sys
+
+    import ray
+
+    from sb3_integration.distributed import start_local_ray
+
+    ray.cloudpickle.register_pickle_by_value(module)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    start_local_ray(num_cpus=num_cpus)
+    procs = our_ray_processes()
+    assert procs, "ray.init started no raylet/gcs_server under this process"
+    yield
+    ray.shutdown()
+    assert not still_running(procs), "Ray processes outlived the tests"

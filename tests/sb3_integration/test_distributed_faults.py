@@ -32,7 +32,6 @@ from sb3_integration.distributed import (
     ReplayService,
     ReplayWriter,
     ShardUnavailableWarning,
-    start_local_ray,
 )
 
 ray = pytest.importorskip("ray")
@@ -44,14 +43,7 @@ CHI2_999 = {1: 10.828, 2: 13.816, 3: 16.266, 4: 18.467}
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.cloudpickle.register_pickle_by_value(helpers)
-    start_local_ray(num_cpus=3)
-    procs = helpers.our_ray_processes()
-    assert procs, "ray.init started no raylet/gcs_server under this process"
-    yield
-    ray.shutdown()
-    assert not helpers.still_running(procs), "Ray processes outlived the tests"
+    yield from helpers.local_ray_session(sys.modules[__name__])
 
 
 _names = iter(range(10**6))

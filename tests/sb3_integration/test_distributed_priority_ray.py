@@ -24,7 +24,6 @@ from sb3_integration.distributed import (
     ReplayService,
     ReplayWriter,
     ShardUnavailableWarning,
-    start_local_ray,
 )
 from sb3_integration.distributed.prioritized import decode_indices, encode_indices
 
@@ -37,14 +36,7 @@ CHI2_999_DF1 = 10.828
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.cloudpickle.register_pickle_by_value(helpers)
-    start_local_ray(num_cpus=3)
-    procs = helpers.our_ray_processes()
-    assert procs, "ray.init started no raylet/gcs_server under this process"
-    yield
-    ray.shutdown()
-    assert not helpers.still_running(procs), "Ray processes outlived the tests"
+    yield from helpers.local_ray_session(sys.modules[__name__])
 
 
 _names = iter(range(10**6))
