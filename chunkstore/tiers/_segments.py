@@ -370,6 +370,7 @@ class SegmentedTier(Tier):
     def trim(self) -> int:
         """Drop the storage of every free segment; return the bytes given back."""
         with self._lock:
+            self._storage_moved()  # first: see _open_segment
             free = [seg for stack in self._free.values() for seg in stack]
             self._free.clear()
             for seg in free:
@@ -377,7 +378,8 @@ class SegmentedTier(Tier):
                 self._reserved -= seg.capacity
         for seg in free:
             self._free_storage(seg)
-        self._storage_moved()
+        with self._lock:  # again: a read in between rebuilt it from storage about to be freed
+            self._storage_moved()
         return sum(seg.capacity for seg in free)
 
     def close(self) -> None:
@@ -386,6 +388,7 @@ class SegmentedTier(Tier):
             if self._closed:
                 return
             self._closed = True
+            self._storage_moved()  # first: see _open_segment
             segments = list(self._segments.values())
             self._segments.clear()
             self._free.clear()
@@ -470,16 +473,27 @@ class SegmentedTier(Tier):
         with self._lock:
             # an adaptive tier reuses any free segment the chunk fits in (earlier ones were smaller)
             seg = self._pop_free(max(need, 1) if self.adaptive else cap)
-        moved = True
+        # The native read path's address table goes stale *before* a segment is published or its
+        # storage moves, in the same locked step: a Ctrl-C anywhere after leaves it stale (rebuilt
+        # by the next read), never a table that lacks a segment chunks are then put into. (Marked
+        # after instead, an interrupt in between left a published segment the table did not know;
+        # a repair handed it to the free list, and a reuse, which keeps a RAM segment's storage
+        # and so does not mark, put chunks into it: "no host address".)
         if seg is not None:
+            moved = not self._reuse_keeps_storage
             try:
+                if moved:
+                    with self._lock:
+                        self._storage_moved()
                 self._reuse(seg)
             except BaseException:
                 with self._lock:
                     self._free.setdefault(seg.capacity, []).append(seg)
                 raise
             seg.reset()
-            moved = not self._reuse_keeps_storage
+            if moved:  # again: a read between the first mark and the move may have rebuilt it
+                with self._lock:
+                    self._storage_moved()
         else:
             self._make_room(cap, need)
             with self._lock:  # the id is spent first: an allocation interrupted after it made
@@ -487,11 +501,9 @@ class SegmentedTier(Tier):
                 self._next_id += 1
             self._allocate(seg)
             with self._lock:
+                self._storage_moved()
                 self._segments[seg.id] = seg
                 self._reserved += cap
-        if moved:  # a new segment, or storage that moved: the native read path's table is stale
-            with self._lock:
-                self._storage_moved()
         # only now the append target: a Ctrl-C before this line leaves a segment nothing was put in,
         # never one whose chunks the native read path's address table does not know
         self._current = seg

@@ -242,9 +242,9 @@ class HybridTier(SegmentedTier):
         arr = seg.data
         with self._lock:  # from here on readers get views of the file
             # no call between the two: a Ctrl-C cannot leave a filed segment among the RAM ones
+            self._storage_moved()  # first: an interrupt after it leaves the table stale, never wrong
             del self._ram[seg.id]
             seg.data, seg.ro = file, None
-            self._storage_moved()
             shared = sys.getrefcount(arr) > _UNSHARED_REFS
         self.spills += 1
         if shared:
