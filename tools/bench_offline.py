@@ -10,7 +10,8 @@
 3. In a fresh process: lazy load time, RSS after ``--lazy-samples`` sample(256) calls from the lazily
    loaded file alone, then sample(32) / sample(256) from the lazily loaded file
    against the same buffer loaded into RAM (interleaved blocks, median of per-block ratios), and
-   that process's peak RSS.
+   that process's peak RSS. A run of more than 1M transitions is also sampled against a 1M buffer
+   of the same frames (its first checkpoints, imported the same way) in RAM: the issue's baseline.
 TorchRL's ``AtariDQNExperienceReplay`` keeps every checkpoint as uncompressed memory-mapped tensors:
 its bytes per transition are *computed* from the dataset's element sizes (one frame + action +
 reward + terminal), a lower bound of its layout.
@@ -33,6 +34,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+#: a run larger than this is also sampled against a buffer of this many transitions in RAM
+REF_TRANSITIONS = 1_000_000
 
 
 def _peak_rss_mb() -> float:
@@ -62,7 +67,18 @@ def phase_import(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     import_dqn_replay(Path(args.work), out, progress=False)
     s = time.perf_counter() - t0
-    return {"import_s": s, "file_bytes": out.stat().st_size, "import_peak_rss_mb": _peak_rss_mb()}
+    res = {"import_s": s, "file_bytes": out.stat().st_size, "import_peak_rss_mb": _peak_rss_mb()}
+    if _ref_checkpoints(args):  # the baseline of the issue's target: a 1M buffer of the same frames in RAM
+        import_dqn_replay(Path(args.work), Path(args.work) / "ref1m.h5", progress=False,
+                          suffixes=list(range(_ref_checkpoints(args))))
+    return res
+
+
+def _ref_checkpoints(args: argparse.Namespace) -> int:
+    """Checkpoints of the 1M-transition reference buffer; 0 when the run itself is 1M or less."""
+    if args.capacity * args.copies <= REF_TRANSITIONS:
+        return 0
+    return max(1, REF_TRANSITIONS // args.capacity)
 
 
 def phase_sample(args: argparse.Namespace) -> dict:
@@ -101,6 +117,9 @@ def phase_sample(args: argparse.Namespace) -> dict:
                  "valid": lazy.size(), **lazy_only}
     np.random.seed(0)  # noqa: NPY002
     bufs = {"lazy": lazy, "lazy_noverify": noverify, "ram": eager}
+    if _ref_checkpoints(args):  # the issue's baseline: 1M transitions of the same frames, in RAM
+        bufs["ram1m"] = DQNReplayBuffer.load(Path(args.work) / "ref1m.h5", lazy=False, device="cpu")
+        res["ref_transitions"] = _ref_checkpoints(args) * args.capacity
     for batch in (32, 256):
         for b in bufs.values():
             for _ in range(5):
@@ -114,8 +133,11 @@ def phase_sample(args: argparse.Namespace) -> dict:
                 times[k].append((time.perf_counter() - t0) / args.reps)
         for k in bufs:
             res[f"sample{batch}_{k}_ms"] = 1e3 * float(np.median(times[k]))
-            if k != "ram":
+            if k not in ("ram", "ram1m"):
                 res[f"sample{batch}_{k}_over_ram"] = float(np.median(np.array(times[k]) / np.array(times["ram"])))
+                if "ram1m" in times:
+                    res[f"sample{batch}_{k}_over_ram1m"] = float(
+                        np.median(np.array(times[k]) / np.array(times["ram1m"])))
     for b in bufs.values():
         b.close()
     res["sample_process_peak_rss_mb"] = _peak_rss_mb()
@@ -183,6 +205,9 @@ def main() -> None:
            " / ".join(f"{v:,.0f}" for v in res[f"lazy_rss_mb_{label}"]) + " MB")
           for label in ("noverify", "default")],
         ("peak RSS, lazily loaded with verify=False, sampled", f"{res['lazy_only_peak_rss_mb']:,.0f} MB"),
+        *[(f"sample({b}) lazy / 1M in RAM (verify=False)",
+           f"{res[f'sample{b}_lazy_over_ram1m']:.2f} ({res[f'sample{b}_lazy_noverify_over_ram1m']:.2f}); "
+           f"1M in RAM {res[f'sample{b}_ram1m_ms']:.2f} ms") for b in (32, 256) if "ref_transitions" in res],
         ("load into RAM", f"{res['load_into_ram_s']:.2f} s"),
         ("peak RSS, sampling process (both buffers)", f"{res['sample_process_peak_rss_mb']:,.0f} MB"),
     ]

@@ -6,6 +6,7 @@ import datetime as _dt
 import itertools
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ from tqdm import tqdm
 
 from chunkstore.array import ChunkedArray
 from chunkstore.codecs import Codec, TrainableCodec
-from chunkstore.hdf5 import _groups, _tempfile
+from chunkstore.hdf5 import _groups, _reserve, _tempfile
 from chunkstore.hdf5._layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -111,6 +112,13 @@ def save(
     snapshots = {name: arr.snapshot() for name, arr in arrays.items() if isinstance(arr, ChunkedArray)}
     try:
         _save(path, version, {**arrays, **snapshots}, extras, attrs_json, progress, reader_note, plain_readable)
+    except OSError as e:
+        if e.errno is None or path in str(e):  # ours, or already naming the file
+            raise
+        # a full disk or a file size limit: HDF5's message names /proc/self/fd/N, not the file
+        detail = re.sub(r"^\[Errno \d+\] ", "", str(e).splitlines()[0])[:200]
+        raise type(e)(e.errno, f"{os.strerror(e.errno)}: saving {path} failed; the file is unchanged and no "
+                               f"temporary was left (free space and save again). The write said: {detail}") from e
     finally:
         for snap in snapshots.values():
             snap.close()
@@ -121,9 +129,15 @@ def _save(path: str, version: int, arrays: Mapping[str, Any], extras: dict[str, 
     sources = {name: as_source(arr) for name, arr in arrays.items()}
     total = sum(len(src.chunks) for src in sources.values())
     _tempfile.remove_stale_temporaries(path)
+    need = _reserve.estimate_nbytes(sources.values(), extras, PACK_EXTRAS)
     with _tempfile.temporary(path) as (tmp, fd):
-        with h5py.File(_tempfile.writable_name(tmp, fd), "w", libver=LIBVER) as f, \
-                _bar(total, progress) as bar:
+        # HDF5 must never see a failed write (see _reserve): the space is allocated first, a
+        # failure there is clean; creating the file truncates it, so once more after that
+        _reserve.reserve(fd, need, path)
+        name = _tempfile.writable_name(tmp, fd)
+        h5py.File(name, "w", libver=LIBVER).close()
+        _reserve.reserve(fd, need, path)
+        with h5py.File(name, "r+", libver=LIBVER) as f, _bar(total, progress) as bar:
             checksums: dict[str, Any] = {"arrays": {}, "extras": {}}
             _write_header(f, version, list(sources), list(extras), attrs_json)
             for name, src in sources.items():
@@ -354,7 +368,11 @@ def _reader_note(f: h5py.File, sources: Mapping[str, ChunkSource], version: int)
 
 
 def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    """Make the rename durable where the filesystem can; the save already happened, so never raise."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
     try:
         os.fsync(fd)
     except OSError:  # some filesystems cannot fsync a directory

@@ -71,7 +71,11 @@ class SegmentFile:
             # when this object dies even if close() is never called
             self.fd = fd
             self._closer = weakref.finalize(self, os.close, fd)
-            os.ftruncate(fd, capacity)
+            try:
+                os.ftruncate(fd, capacity)
+            except OSError as e:  # a file size limit, a quota: say which file, keep the errno
+                raise OSError(e.errno, f"{e.strerror or e}: could not size the {capacity}-byte segment "
+                                       f"file {path}") from e
         except BaseException:  # e.g. Ctrl-C or a full disk: no descriptor or file is left
             if getattr(self, "_closer", None) is not None:
                 self._closer.detach()
@@ -82,7 +86,11 @@ class SegmentFile:
     def write(self, src: np.ndarray, offset: int) -> None:
         view = src.data  # a flat uint8 memoryview (src is 1-D contiguous)
         while view.nbytes:
-            written = os.pwrite(self.fd, view, offset)
+            try:
+                written = os.pwrite(self.fd, view, offset)
+            except OSError as e:  # a full disk, a file size limit: say which file, keep the errno
+                raise OSError(e.errno, f"{e.strerror or e}: could not write {src.nbytes} bytes of a chunk "
+                                       f"into {self.path}") from e
             view = view[written:]
             offset += written
 
