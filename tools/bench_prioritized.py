@@ -33,6 +33,7 @@ import argparse
 import gc
 import json
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -238,11 +239,14 @@ def _ours_atari_arm(cfg: dict[str, Any]) -> dict[str, Any]:
     cap, rng = cfg["capacity"], np.random.default_rng(0)
     before = rss()
     buf = cls(cap, obs_space, act_space, "cpu")
+    t0, c0 = time.perf_counter(), time.process_time()
     fill(buf, cap)
+    add_s, add_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     if prioritized:  # every transition gets a priority of its own
         buf.update_priorities(np.arange(cap), rng.exponential(1.0, cap))
     held = rss() - before
-    out: dict[str, Any] = {"rss_per_transition": held / cap, "nbytes_held_per_transition": buf.nbytes_held / cap}
+    out: dict[str, Any] = {"rss_per_transition": held / cap, "nbytes_held_per_transition": buf.nbytes_held / cap,
+                           "add_us": 1e6 * add_s / cap, "add_cpu_us": 1e6 * add_cpu_s / cap}
     np.random.seed(0)  # noqa: NPY002 - SB3's sampling RNG
     t = _timed(lambda: buf.sample(256), cfg["reps"])
     out["sample_ms"], out["sample_cpu_ms"] = t["ms"], t["cpu_ms"]
@@ -286,11 +290,13 @@ def _cpprb_atari_arm(cfg: dict[str, Any]) -> dict[str, Any]:
     before = rss()
     rb = cpprb.PrioritizedReplayBuffer(cap, spec, next_of="obs", stack_compress="obs", alpha=0.6)
     acts, rews = tr.actions.reshape(-1), tr.rewards.reshape(-1)
+    t0, c0 = time.perf_counter(), time.process_time()
     for a in range(cap):
         t = a % len(tr)
         rb.add(obs=obs_cl[t], next_obs=next_cl[t], act=int(acts[t]), rew=float(rews[t]), done=float(dones[t]))
         if dones[t] or t == len(tr) - 1:
             rb.on_episode_end()
+    add_s, add_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     rb.update_priorities(np.arange(cap), rng.exponential(1.0, cap))
     held = rss() - before
     td = rng.exponential(1.0, 256)
@@ -301,7 +307,8 @@ def _cpprb_atari_arm(cfg: dict[str, Any]) -> dict[str, Any]:
 
     t, t2 = _timed(step, cfg["reps"]), _timed(lambda: rb.sample(256, beta=0.4), cfg["reps"])
     return {"rss_per_transition": held / cap, "sample_update_ms": t["ms"], "sample_update_cpu_ms": t["cpu_ms"],
-            "sample_ms": t2["ms"], "sample_cpu_ms": t2["cpu_ms"]}
+            "sample_ms": t2["ms"], "sample_cpu_ms": t2["cpu_ms"], "add_us": 1e6 * add_s / cap,
+            "add_cpu_us": 1e6 * add_cpu_s / cap}
 
 
 # -- part 3: TorchRL ----------------------------------------------------------------------------
@@ -372,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             best = dict(results[0])
             for key, value in best.items():
-                if "ms" in key and isinstance(value, float):
+                if ("ms" in key or key.endswith("_us")) and isinstance(value, float):
                     best[key] = min(r[key] for r in results)
             best["rounds"] = len(results)
             out.append(best)
@@ -403,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     torchrl = run_once("torchrl")
     pri, uni, cpp = whole["ours_prioritized"], whole["ours_uniform"], whole["cpprb_atari"]
     def row(arm: str, res: dict[str, Any]) -> dict[str, Any]:
-        keys = ("sample_ms", "sample_update_ms", "sample_cpu_ms", "sample_update_cpu_ms", "rss_per_transition")
+        keys = ("sample_ms", "sample_update_ms", "sample_cpu_ms", "sample_update_cpu_ms", "add_us", "add_cpu_us",
+                "rss_per_transition")
         return {"arm": arm, **{k: res.get(k) for k in keys}, "nbytes_held": res.get("nbytes_held_per_transition")}
 
     whole_rows = [row("chunkstore prioritized", pri), row("chunkstore uniform", uni),
@@ -417,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     if "sample_update_ms" in pri and "sample_update_ms" in cpp:
         ratios["cpprb_vs_ours_sample_update"] = cpp["sample_update_ms"] / pri["sample_update_ms"]
         ratios["cpprb_vs_ours_sample_update_cpu"] = cpp["sample_update_cpu_ms"] / pri["sample_update_cpu_ms"]
+    for arm, res in (("prioritized", pri), ("uniform", uni)):
+        if "add_us" in res and "add_us" in cpp:
+            ratios[f"ours_{arm}_vs_cpprb_add"] = res["add_us"] / cpp["add_us"]
     if "sample_cpu_ms" in pri and "sample_cpu_ms" in uni:
         ratios["prioritized_vs_uniform_sample_cpu"] = pri["sample_cpu_ms"] / uni["sample_cpu_ms"]
     if "rss_per_transition" in pri and "rss_per_transition" in cpp:
@@ -440,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                                 ("sample_update_ms", "sample(256) + update(256) ms"),
                                 ("sample_cpu_ms", "sample(256) CPU ms"),
                                 ("sample_update_cpu_ms", "sample(256) + update(256) CPU ms"),
+                                ("add_us", "add() µs (whole fill, mean)"), ("add_cpu_us", "add() CPU µs"),
                                 ("rss_per_transition", "B/transition (RSS)"),
                                 ("nbytes_held", "B/transition (nbytes_held + priorities)")]),
           "\n\nRatios (same run): " + ", ".join(f"{k} = {v:.3g}" for k, v in ratios.items()),
