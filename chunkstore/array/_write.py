@@ -66,7 +66,7 @@ class WritePath(WriteFrontEnd, ArrayFields):
         with self._lock:
             self._begin()
             table = self._table
-            if np.any(table.seg[chunks] >= 0) or any(c in table.open for c in chunks.tolist()):
+            if np.any(table.seg[chunks] >= 0) or (table.open and np.isin(chunks, list(table.open)).any()):
                 raise ValueError(f"{self.name}: adopt_chunks() installs chunks not stored or open yet")
             n = refs[2]
             self._max_len = max(self._max_len, int(n.max()))  # before the entries point at them

@@ -98,8 +98,9 @@ class ArrayMeta:
 
     def sources(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(chunks, offsets, nbytes, crc32) of the bytes chunkstore loads."""
-        offsets, nbytes, crcs = self.offsets.copy(), self.nbytes.copy(), self.crc32.copy()
+        offsets, nbytes, crcs = self.offsets, self.nbytes, self.crc32  # views: callers only read them
         if self.tail is not None and len(self.chunks) and self.chunks[-1] == self.nchunks - 1:
+            offsets, nbytes, crcs = offsets.copy(), nbytes.copy(), crcs.copy()
             offsets[-1], nbytes[-1], crcs[-1] = self.tail
         return self.chunks, offsets, nbytes, crcs
 
@@ -412,7 +413,7 @@ def read_extra(f: h5py.File, name: str, header: Header, check: bool) -> np.ndarr
         nbytes = math.prod(dset.shape) * dtype.itemsize
         _check_extra_storage(dset, nbytes)
         check_memory(path, f"extra {name!r}", nbytes)
-        value = np.array(dset[()], copy=True)  # an ndarray even for scalar datasets
+        value = np.asarray(dset[()])  # a new array (an ndarray even for scalar datasets): no second copy
         if value.dtype != dtype:
             value = value.view(dtype)
     if check:

@@ -227,12 +227,24 @@ class FileTier(Tier):
         self._own_writable = writable is None if own_writable is None else bool(own_writable)
         self._closed = False
         self.writable: Tier = writable if writable is not None else MemoryTier()
+        # One entry per file chunk (a 50M-transition file has 12.5M): 23 bytes each here, kept in
+        # offset order. Chunk indices in int32 where they fit (messages only), sizes in uint32
+        # (a chunk is at most MAX_CHUNK_BYTES). A file saved by chunkstore lists its chunks in
+        # offset order already: no sort, no reordered copies (~0.5 GB less at load, measured).
         offsets = np.asarray(offsets, dtype=np.int64)
-        order = np.argsort(offsets, kind="stable")
-        self._offsets = offsets[order]
-        self._chunk_ids = np.asarray(chunk_ids, dtype=np.int64)[order]
-        self._nbytes = np.asarray(nbytes, dtype=np.int64)[order]
-        self._crc = np.asarray(crc32, dtype=np.uint32)[order]
+        ids = np.asarray(chunk_ids, dtype=np.int64)
+        id_dtype = np.int32 if not ids.size or int(ids.max()) < 2**31 else np.int64
+        if offsets.size < 2 or bool(np.all(offsets[1:] >= offsets[:-1])):
+            self._offsets = np.array(offsets, dtype=np.int64)
+            self._chunk_ids = np.array(ids, dtype=id_dtype)
+            self._nbytes = np.array(nbytes, dtype=np.uint32)
+            self._crc = np.array(crc32, dtype=np.uint32)
+        else:
+            order = np.argsort(offsets, kind="stable")
+            self._offsets = offsets[order]
+            self._chunk_ids = ids[order].astype(id_dtype)
+            self._nbytes = np.asarray(nbytes, dtype=np.uint32)[order]
+            self._crc = np.asarray(crc32, dtype=np.uint32)[order]
         self._checked = np.zeros(len(self._offsets), dtype=bool)
         self._nchecked = 0  # how many _checked holds, about (readers may race: recounted at the end)
         self._all_checked = not len(self._offsets)  # exact: then a batch needs no lookup at all
@@ -321,7 +333,8 @@ class FileTier(Tier):
     @property
     def held_nbytes(self) -> int:
         """Chunks still in the file are not memory: the writable tier's, and the file chunks' tables."""
-        return self.writable.held_nbytes + self._offsets.nbytes + self._checked.nbytes
+        return self.writable.held_nbytes + sum(a.nbytes for a in (
+            self._offsets, self._chunk_ids, self._nbytes, self._crc, self._checked, self._live))
 
     def close(self) -> None:
         """Stop reading the file; close the writable tier if this tier owns it."""

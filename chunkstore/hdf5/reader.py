@@ -197,13 +197,19 @@ def new_array(meta: ArrayMeta, tier: Tier, cache: LRUChunkCache | int | None,
                             codec=codec, tier=tier, cache=cache, name=meta.name, own_tier=own_tier)
 
 
+#: chunks adopted per call by a lazy load (its temporaries: ~60 bytes a chunk)
+ADOPT_BLOCK = 1 << 20
+
+
 def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
                 cache: LRUChunkCache | int | None, verify: bool | str | None, bar: tqdm) -> ChunkedArray:
     chunks, offsets, nbytes, crcs = meta.sources()
     ftier = FileTier(mapped, chunks, offsets, nbytes, crcs, writable=tier, name=meta.name,
                      verify="always" if verify == "always" else verify is not False)
     arr = new_array(meta, ftier, cache, mapped.path)
-    arr.adopt_chunks(chunks, ftier.adopt(offsets, nbytes))  # the file bytes stay where they are
+    for lo in range(0, len(chunks), ADOPT_BLOCK):  # the file bytes stay where they are; in blocks,
+        hi = lo + ADOPT_BLOCK  # so the reference tables of 12.5M chunks are never all built at once
+        arr.adopt_chunks(chunks[lo:hi], ftier.adopt(offsets[lo:hi], nbytes[lo:hi]))
     if verify is True:
         ftier.verify_all()
     return arr

@@ -78,7 +78,7 @@ class DQNReplayBuffer:
             raise ValueError(f"gamma must be within [0, 1], got {gamma}")
         self.n_valid = int(self.valid.sum())
         index_dtype = np.int32 if total < 2**31 else np.int64  # 200 MB instead of 400 at 50M
-        self._valid_index = np.flatnonzero(self.valid).astype(index_dtype)
+        self._valid_index = _flatnonzero(self.valid, index_dtype)
         self.device = get_device(device)
         obs_shape = tuple(self.frames.item_shape)
         self.observation_space = spaces.Box(0, 255, (self.stack_size, *obs_shape), self.frames.dtype)
@@ -215,3 +215,14 @@ class DQNReplayBuffer:
 
     def _tensor(self, a: np.ndarray) -> th.Tensor:
         return th.as_tensor(np.ascontiguousarray(a), device=self.device)
+
+
+def _flatnonzero(mask: np.ndarray, dtype: Any, block: int = 1 << 22) -> np.ndarray:
+    """``np.flatnonzero(mask).astype(dtype)`` without its full-size int64 temporary (400 MB at 50M)."""
+    out = np.empty(int(np.count_nonzero(mask)), dtype)
+    n = 0
+    for lo in range(0, len(mask), block):
+        part = np.flatnonzero(mask[lo:lo + block])
+        out[n:n + len(part)] = part + lo
+        n += len(part)
+    return out

@@ -17,8 +17,8 @@ import psutil
 import pytest
 import torch
 
-from chunkstore.errors import TierFullError, UnknownRefError
-from chunkstore.hdf5.filetier import FileTier, MappedFile
+from chunkstore.errors import CorruptChunkError, TierFullError, UnknownRefError
+from chunkstore.hdf5.filetier import FileChunk, FileTier, MappedFile
 from chunkstore.testing.tiers import SEG, SegmentedTierTests, TierTests, tier_machine
 from chunkstore.tiers import DeviceTier, DiskTier, HybridTier, MemoryTier
 
@@ -365,3 +365,30 @@ class TestDeviceTier:
             pytest.skip("CUDA is available")
         with pytest.raises(ValueError, match="CUDA is not available"):
             DeviceTier("cuda")
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [2, 0, 3, 1]])
+def test_file_tier_reads_its_chunks_in_any_listed_order_and_counts_every_table(tmp_path, order):
+    """Chunks listed in offset order (as saves write them) skip the sort; any other order is sorted."""
+    import zlib
+
+    blobs = [bytes([65 + i]) * (10 + i) for i in range(4)]
+    offsets = np.cumsum([0] + [len(b) for b in blobs[:-1]])
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"".join(blobs))
+    o = np.array(order)
+    tier = FileTier(MappedFile(path), o + 100, offsets[o], [len(blobs[i]) for i in o],
+                    [zlib.crc32(blobs[i]) for i in o])
+    refs = [tier.put(FileChunk(int(offsets[i]), len(blobs[i]))) for i in range(4)]
+    assert [bytes(tier.get(r)) for r in refs] == blobs
+    tier.release(refs[1])
+    assert sorted(tier.live_refs()[1].tolist()) == sorted(int(offsets[i]) for i in (0, 2, 3))
+    # what the tier holds: every per-chunk table (offsets, ids, sizes, CRCs, checked and live flags)
+    assert tier.held_nbytes >= 4 * (8 + 4 + 4 + 4 + 1 + 1)
+    st = path.stat()
+    with open(path, "r+b") as f:  # one chunk rewritten in place, size and mtime put back
+        f.seek(int(offsets[2]))
+        f.write(b"Z")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(CorruptChunkError, match="chunk 102 "):  # named by its index, whatever the order
+        tier.get(refs[2])
