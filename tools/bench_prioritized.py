@@ -349,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--index-capacities", nargs="+", type=int, default=[1_000_000, 10_000_000])
     p.add_argument("--atari-capacity", type=int, default=100_000)
+    p.add_argument("--whole-arms", default="ours_prioritized,ours_uniform,cpprb_atari",
+                   help="whole-buffer arms, comma-separated (cpprb holds ~7 KB a transition: leave it out at 10M)")
     p.add_argument("--game", default="Pong")
     p.add_argument("--collect-steps", type=int, default=20_000)
     p.add_argument("--reps", type=int, default=300)
@@ -405,17 +407,21 @@ def main(argv: list[str] | None = None) -> int:
 
     atari_cfg = {"capacity": args.atari_capacity, "game": args.game, "collect_steps": args.collect_steps,
                  "cache_dir": args.cache_dir}
-    names = ("ours_prioritized", "ours_uniform", "cpprb_atari")
+    names = tuple(args.whole_arms.split(","))
+    unknown = set(names) - {"ours_prioritized", "ours_uniform", "cpprb_atari"}
+    if unknown:
+        raise SystemExit(f"--whole-arms: unknown arms {sorted(unknown)}")
     whole = dict(zip(names, run_rounds([(arm, atari_cfg) for arm in names]), strict=True))
     torchrl = run_once("torchrl")
-    pri, uni, cpp = whole["ours_prioritized"], whole["ours_uniform"], whole["cpprb_atari"]
+    pri, uni, cpp = (whole.get(n, {}) for n in ("ours_prioritized", "ours_uniform", "cpprb_atari"))
     def row(arm: str, res: dict[str, Any]) -> dict[str, Any]:
         keys = ("sample_ms", "sample_update_ms", "sample_cpu_ms", "sample_update_cpu_ms", "add_us", "add_cpu_us",
                 "rss_per_transition")
         return {"arm": arm, **{k: res.get(k) for k in keys}, "nbytes_held": res.get("nbytes_held_per_transition")}
 
-    whole_rows = [row("chunkstore prioritized", pri), row("chunkstore uniform", uni),
-                  row("cpprb PER (next_of + stack_compress)", cpp)]
+    labels = {"ours_prioritized": "chunkstore prioritized", "ours_uniform": "chunkstore uniform",
+              "cpprb_atari": "cpprb PER (next_of + stack_compress)"}
+    whole_rows = [row(labels[n], whole[n]) for n in names]
     ratios = {}
     if "same_buffer_prioritized_ms" in pri:
         ratios["prioritized_vs_uniform_sample_same_buffer"] = \
