@@ -1,7 +1,7 @@
 """``PrioritizedDQN``: SB3's DQN learning from a prioritized replay buffer, without editing SB3.
 
 The learner side (weighted loss, ``|TD error|`` fed back, ``beta`` annealed, SB3's own ``train``
-for a buffer that is not prioritized) is :class:`~sb3_integration._per_learner.PrioritizedLearnerMixin`,
+for a buffer that is not prioritized) is :class:`~sb3_integration.algorithms._per_learner.PrioritizedLearnerMixin`,
 shared with ``PrioritizedQRDQN``; this module gives it DQN's per-sample Huber loss.
 """
 
@@ -13,7 +13,7 @@ import torch as th
 from stable_baselines3 import DQN
 from torch.nn import functional as F
 
-from sb3_integration._per_learner import PrioritizedLearnerMixin
+from sb3_integration.algorithms._per_learner import PrioritizedLearnerMixin
 
 __all__ = ["PrioritizedDQN"]
 

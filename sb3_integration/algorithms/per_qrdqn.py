@@ -1,6 +1,6 @@
 """``PrioritizedQRDQN``: sb3-contrib's QR-DQN learning from a prioritized replay buffer.
 
-The learner side is :class:`~sb3_integration._per_learner.PrioritizedLearnerMixin`, the one
+The learner side is :class:`~sb3_integration.algorithms._per_learner.PrioritizedLearnerMixin`, the one
 ``PrioritizedDQN`` uses; this module gives it QR-DQN's quantile Huber loss per sample (summed
 over the current quantiles and averaged over the target ones, as sb3-contrib's
 ``quantile_huber_loss(..., sum_over_quantiles=True)`` does before its batch mean) and, as the
@@ -15,7 +15,7 @@ from typing import Any
 import torch as th
 from sb3_contrib import QRDQN
 
-from sb3_integration._per_learner import PrioritizedLearnerMixin
+from sb3_integration.algorithms._per_learner import PrioritizedLearnerMixin
 
 __all__ = ["PrioritizedQRDQN", "quantile_huber_per_sample"]
 

@@ -4,7 +4,7 @@ SB3 keeps these as plain arrays: 20 bytes a transition for a Discrete action,
 200 MB at 10M transitions, as much as the RAM budget of a larger-than-RAM
 buffer. :class:`Columns` stores one record per row (every array's values for all
 envs) in a :class:`~chunkstore.ChunkedArray` of ``chunk_len`` rows, and hands SB3
-ndarray-like views (:class:`~sb3_integration._common.ObservationView` with a
+ndarray-like views (:class:`~sb3_integration.buffers.views.ObservationView` with a
 writer) that its own code reads and writes as it would the arrays:
 ``_get_samples`` indexes them, ``NStepReplayBuffer`` patches ``timeouts`` for a
 moment, HER and ``_setup_learn`` set ``dones``. Writes to an old row decode,
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore import ChunkedArray
-from sb3_integration._common import ObservationView, same_rows
+from sb3_integration.buffers.views import ObservationView, same_rows
 
 __all__ = ["COLUMNS_CHUNK_LEN", "COLUMNS_CODEC", "SMALL_ARRAYS", "Columns"]
 

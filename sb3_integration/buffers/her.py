@@ -2,7 +2,7 @@
 
 SB3's HER code runs unchanged -- ``add`` (episode bookkeeping), ``sample``
 (valid-transition choice, goal relabelling, ``compute_reward``),
-``truncate_last_trajectory`` -- on top of :class:`~sb3_integration.replay.CompressedDictReplayBuffer`
+``truncate_last_trajectory`` -- on top of :class:`~sb3_integration.buffers.replay.CompressedDictReplayBuffer`
 storage: every key of the goal-conditioned Dict space (``observation``,
 ``achieved_goal``, ``desired_goal``; images or vectors) lives in its own frame
 store, each distinct frame once, in compressed chunks. For the same seed it
@@ -20,7 +20,7 @@ memory, because SB3's HER code computes with them on the host (it samples new go
 from stored achieved goals and passes them to the env's ``compute_reward``).
 
 ``save(path)`` / ``load(path, device=..., env=...)`` write and read one HDF5
-file (:mod:`sb3_integration.persistence`): besides the replay buffer, HER's
+file (:mod:`sb3_integration.persistence.files`): besides the replay buffer, HER's
 ``ep_start``, ``ep_length``, ``_current_ep_start`` and, with
 ``copy_info_dict=True``, its ``infos`` (as JSON that keeps numpy scalars and
 arrays exact; other value types are refused at save).
@@ -44,9 +44,9 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.her.goal_selection_strategy import GoalSelectionStrategy
 
 from chunkstore import FormatError, Tier
-from sb3_integration.extra_buffers import convert_samples
-from sb3_integration.replay import CompressedDictReplayBuffer, _CompressedReplayMixin
-from sb3_integration.sb3_ops import check_her_add
+from sb3_integration.buffers.replay import CompressedDictReplayBuffer, _CompressedReplayMixin
+from sb3_integration.buffers.sb3_checks import check_her_add
+from sb3_integration.interop.extra_buffers import convert_samples
 
 __all__ = ["CompressedHerReplayBuffer", "decode_infos", "encode_infos"]
 
@@ -189,7 +189,7 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
     def load(cls, path: str | os.PathLike[str], device: Any = "auto", *, env: VecEnv | None = None,
              lazy: bool = True, tier: Tier | None = None, verify: bool | str | None = None,
              buffer_device: Any = None, heap_bytes: int | None = None) -> CompressedHerReplayBuffer:
-        """The buffer saved in ``path`` (see :meth:`sb3_integration.persistence.ReplayFiles.load`),
+        """The buffer saved in ``path`` (see :meth:`sb3_integration.persistence.files.ReplayFiles.load`),
         with ``env`` set if given."""
         buf = super().load(path, device, lazy=lazy, tier=tier, verify=verify, buffer_device=buffer_device,
                            heap_bytes=heap_bytes)

@@ -35,8 +35,8 @@ import torch as th
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore.priority import PriorityIndex
-from sb3_integration._prioritized_reads import read_samples
-from sb3_integration.replay import (
+from sb3_integration.buffers._prioritized_reads import read_samples
+from sb3_integration.buffers.replay import (
     CompressedDictReplayBuffer,
     CompressedNStepReplayBuffer,
     CompressedReplayBuffer,
@@ -315,7 +315,7 @@ class PrioritizedReplayMixin:
 
 
 class CompressedPrioritizedReplayBuffer(PrioritizedReplayMixin, CompressedReplayBuffer):
-    """:class:`~sb3_integration.replay.CompressedReplayBuffer` with prioritized sampling.
+    """:class:`~sb3_integration.buffers.replay.CompressedReplayBuffer` with prioritized sampling.
 
     Arguments as the uniform buffer's (SB3's, then every store option as a keyword), plus
     keyword-only ``alpha`` (0.6), ``beta`` (0.4) and ``epsilon`` (1e-6); see the module docstring.
@@ -323,11 +323,11 @@ class CompressedPrioritizedReplayBuffer(PrioritizedReplayMixin, CompressedReplay
 
 
 class CompressedPrioritizedDictReplayBuffer(PrioritizedReplayMixin, CompressedDictReplayBuffer):
-    """:class:`~sb3_integration.replay.CompressedDictReplayBuffer` with prioritized sampling."""
+    """:class:`~sb3_integration.buffers.replay.CompressedDictReplayBuffer` with prioritized sampling."""
 
 
 class CompressedPrioritizedNStepReplayBuffer(PrioritizedReplayMixin, CompressedNStepReplayBuffer):
-    """:class:`~sb3_integration.replay.CompressedNStepReplayBuffer` with prioritized sampling.
+    """:class:`~sb3_integration.buffers.replay.CompressedNStepReplayBuffer` with prioritized sampling.
 
     ``n_steps`` and ``gamma`` keyword-only, as in SB3; the priority belongs to the n-step
     transition that starts at the index.

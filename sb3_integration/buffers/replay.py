@@ -4,14 +4,14 @@
 :class:`CompressedNStepReplayBuffer` subclass SB3's ``ReplayBuffer``,
 ``DictReplayBuffer`` and ``NStepReplayBuffer`` with the same constructor
 arguments, plus keyword-only store options. Only the observation storage
-changes: observations live in :class:`~sb3_integration.frames.FrameStore`
+changes: observations live in :class:`~sb3_integration.engine.frames.FrameStore`
 objects (each distinct frame once, in compressed chunks), while actions,
 rewards, dones and timeouts stay SB3's own small numpy arrays.
 
 Sampling is SB3's own code: ``sample()`` and ``_get_samples()`` are inherited,
 so the random-number use and every computation (n-step returns, timeout
 masking, VecNormalize) are SB3's. ``observations`` / ``next_observations`` are
-:class:`~sb3_integration._common.ObservationView` objects that SB3's code
+:class:`~sb3_integration.buffers.views.ObservationView` objects that SB3's code
 indexes as it indexes its arrays; during ``_get_samples`` the first read of a
 key fetches every stack the batch needs (obs and next obs) in one pass over
 the chunks, and the later reads are served from that pass.
@@ -19,7 +19,7 @@ the chunks, and the later reads are served from that pass.
 With ``buffer_device`` (a torch device) the observation frames live in device memory
 and a sample stays there: the host computes which frames the batch needs from its
 index, the device decodes them and assembles ``obs`` and ``next_obs`` stacks
-(:mod:`sb3_integration.device_stacks`), and ``to_torch`` hands those tensors over
+(:mod:`sb3_integration.engine.device_stacks`), and ``to_torch`` hands those tensors over
 (moved only if ``device`` differs from ``buffer_device``). SB3's small arrays
 (actions, rewards, dones, timeouts) stay numpy arrays on the host and are copied to
 ``device`` per sample, as SB3 copies them; ``heap_bytes`` caps the device bytes of
@@ -45,7 +45,6 @@ from typing import Any, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3 import HerReplayBuffer
 from stable_baselines3.common.buffers import (
     BaseBuffer,
     DictReplayBuffer,
@@ -55,31 +54,28 @@ from stable_baselines3.common.buffers import (
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import Codec, LRUChunkCache, Tier, get_codec
-from sb3_integration._closing import ClosableBuffer
-from sb3_integration._common import (
+from sb3_integration.buffers._closing import ClosableBuffer
+from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
+from sb3_integration.buffers.observations import stack_axis_order, subspaces
+from sb3_integration.buffers.options import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_LEN,
     DEFAULT_COMPRESSION,
-    ObservationView,
     StoreOptions,
     device_budget,
-    pack_array,
-    same_rows,
-    stack_axis_order,
-    subspaces,
-    unpack_array,
 )
-from sb3_integration.columns import SMALL_ARRAYS, Columns
-from sb3_integration.device_stacks import check_not_meta, to_host
-from sb3_integration.errors import SpaceMismatchError, UsageAssertionError, UsageValueError
-from sb3_integration.extra_buffers import (
+from sb3_integration.buffers.sb3_checks import check_replay_add, like_sb3, replay_constructor_checks
+from sb3_integration.buffers.views import ObservationView, same_rows
+from sb3_integration.engine.device_stacks import check_not_meta, to_host
+from sb3_integration.engine.frames import NEXT, OBS, FrameStore
+from sb3_integration.engine.packing import pack_array, unpack_array
+from sb3_integration.interop.extra_buffers import (
     convert_samples,
     describe,
     parse_extra_buffers_args,
 )
-from sb3_integration.frames import NEXT, OBS, FrameStore
-from sb3_integration.persistence import ReplayFiles
-from sb3_integration.sb3_ops import check_allocation, check_replay_add, like_sb3
+from sb3_integration.interop.sources import convert_into
+from sb3_integration.persistence.files import ReplayFiles
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -102,7 +98,7 @@ _LEGACY_DEFAULTS = {"normalize_images": False, "output_dtype": None}
 class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     """Observation storage shared by the replay buffers (put before the SB3 class).
 
-    ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence`.
+    ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence.files`.
     """
 
     buffer_size: int
@@ -157,7 +153,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         options, frame_dedup, small_arrays = StoreOptions.from_kwargs(extra.compression_method, store_options,
                                                                       owner=type(self).__name__)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
-        for check in _sb3_checks(type(self)):
+        for check in replay_constructor_checks(type(self)):
             check(self, optimize_memory_usage, handle_timeout_termination)
         self.buffer_size = max(buffer_size // n_envs, 1)
         self.optimize_memory_usage = optimize_memory_usage
@@ -169,11 +165,9 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def from_sb3_extra_buffers(cls: type[B], source: Any, **kwargs: Any) -> B:
         """This class, filled from an sb3-extra-buffers or SB3 replay buffer or its pickle.
 
-        See :func:`sb3_integration.convert.from_sb3_extra_buffers` (``buffer_class=cls``).
+        See :func:`sb3_integration.interop.convert.from_sb3_extra_buffers` (``buffer_class=cls``).
         """
-        from sb3_integration.convert import from_sb3_extra_buffers
-
-        return from_sb3_extra_buffers(source, buffer_class=cls, **kwargs)  # type: ignore[no-any-return]
+        return convert_into(source, cls, **kwargs)  # type: ignore[no-any-return]
 
     def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
                       frame_dedup: bool, small_arrays: str = "auto") -> None:
@@ -257,7 +251,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             infos: list[dict[str, Any]]) -> None:
         """SB3's ``add``: SB3's errors where SB3 fails (nothing written), DataLossError for lossy input.
 
-        See :mod:`sb3_integration.sb3_ops` (SB3's operations on scratch rows, first).
+        See :mod:`sb3_integration.buffers.sb3_checks` (SB3's operations on scratch rows, first).
         """
         obs_in, next_in, small = check_replay_add(self, obs, next_obs, action, reward, done, infos)
         with self._lock:
@@ -419,7 +413,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     @property
     def nbytes_held(self) -> int:
         """Every byte of memory the buffer's storage holds: the observations' (each frame store's
-        :meth:`~sb3_integration.frames.FrameStore.held_info`: tiers with their slack, open and
+        :meth:`~sb3_integration.engine.frames.FrameStore.held_info`: tiers with their slack, open and
         spare chunks, tables, index, output blocks) and the small arrays' (with their slack)."""
         small = self._columns.nbytes_held if self._columns is not None else self.small_nbytes
         return sum(s.nbytes_held for s in self._stores.values()) + small
@@ -506,75 +500,6 @@ def _check_position(state: dict[str, Any]) -> None:
         raise ValueError(f"this pickled buffer is damaged: full is {full!r}, not True or False")
 
 
-# -- SB3's constructor checks, written once -------------------------------------------------
-def _rows(buf: Any) -> int:
-    """SB3's ``max(buffer_size // n_envs, 1)``, with its error (n_envs=0: ZeroDivisionError)."""
-    return like_sb3(lambda: max(buf.buffer_size // buf.n_envs, 1), f"n_envs must be >= 1, got {buf.n_envs!r}",
-                    argument=False)
-
-
-def _check_arrays(buf: Any, rows: int) -> None:
-    """SB3's allocations of observations and actions (their argument errors), without allocating."""
-    name, n = type(buf).__name__, buf.n_envs
-    keys = buf.obs_shape.items() if isinstance(buf, DictReplayBuffer) else [(None, buf.obs_shape)]
-    for key, shape in keys:
-        if isinstance(shape, dict):  # a Dict space given to a non-Dict buffer: SB3's np.zeros unpacks its keys
-            hint = (f"{name} got a Dict observation space; use CompressedDictReplayBuffer (SB3's "
-                    "DictReplayBuffer), or CompressedHerReplayBuffer for goal-conditioned envs")
-        else:
-            hint = f"{name}: SB3 allocates observations{'' if key is None else f'[{key!r}]'} of shape " \
-                   f"({rows!r}, {n!r}, *{shape})"
-        space = buf.observation_space if key is None else buf.observation_space[key]
-        check_allocation((rows, n, *shape), space.dtype, hint)
-    check_allocation((rows, n, buf.action_dim), ReplayBuffer._maybe_cast_dtype(buf.action_space.dtype),
-                     f"{name}: SB3 allocates actions of shape ({rows!r}, {n!r}, {buf.action_dim})")
-
-
-def _check_replay(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
-    """``ReplayBuffer.__init__``'s checks, in its order (a Dict space fails its allocation)."""
-    rows = _rows(buf)
-    if optimize_memory_usage and handle_timeout_termination:
-        raise UsageValueError(
-            "ReplayBuffer does not support optimize_memory_usage = True "
-            "and handle_timeout_termination = True simultaneously.",
-            "pass handle_timeout_termination=False, or leave optimize_memory_usage off: it saves nothing "
-            "here (frame dedup stores next_obs[t] == obs[t+1] once already)")
-    _check_arrays(buf, rows)
-
-
-def _check_dict(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
-    """``DictReplayBuffer.__init__``'s assertions and allocations, in its order (raised under -O too)."""
-    name, space = type(buf).__name__, type(buf.observation_space).__name__
-    if not isinstance(buf.obs_shape, dict):
-        hint = (f"{name} needs a goal-conditioned Dict observation space: observation, achieved_goal, "
-                f"desired_goal; got {space}") if isinstance(buf, HerReplayBuffer) else \
-            f"{name} got a {space} space; use CompressedReplayBuffer"
-        raise SpaceMismatchError("DictReplayBuffer must be used with Dict obs space only", hint)
-    rows = _rows(buf)
-    if optimize_memory_usage:
-        raise UsageAssertionError("DictReplayBuffer does not support optimize_memory_usage",
-                                  "leave it off: frame dedup stores next_obs[t] == obs[t+1] once already")
-    _check_arrays(buf, rows)
-
-
-def _check_nstep(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
-    if optimize_memory_usage:
-        raise NotImplementedError("NStepReplayBuffer doesn't support optimize_memory_usage=True")
-
-
-#: per SB3 class, the checks its constructor makes (NStepReplayBuffer runs ReplayBuffer's first)
-_SB3_CHECKS: dict[type, tuple[Callable[[Any, bool, bool], None], ...]] = {
-    NStepReplayBuffer: (_check_replay, _check_nstep),
-    DictReplayBuffer: (_check_dict,),
-    ReplayBuffer: (_check_replay,),
-}
-
-
-def _sb3_checks(cls: type) -> tuple[Callable[[Any, bool, bool], None], ...]:
-    """The checks of the most derived SB3 replay class ``cls`` extends."""
-    return next(_SB3_CHECKS[c] for c in cls.__mro__ if c in _SB3_CHECKS)
-
-
 # -- the buffers ---------------------------------------------------------------------------
 class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
     """SB3's ``ReplayBuffer`` with observations in compressed chunks, each distinct frame once.
@@ -585,12 +510,12 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         As in SB3's ``ReplayBuffer`` (same checks, same errors).
     dtypes, normalize_images, compression_method, compression_kwargs, decompression_kwargs, output_dtype
         sb3-extra-buffers' arguments, in its positional order (see
-        :mod:`sb3_integration.extra_buffers`). ``compression_method`` is a codec name in
+        :mod:`sb3_integration.interop.extra_buffers`). ``compression_method`` is a codec name in
         its grammar (``"zstd3"``, ``"lz4-block"``, ``"zstd-1"`` is zstd level -1, ...) or a
         :class:`~chunkstore.Codec` (default: the preset's, ``"zstd3+dict"``); ``dtypes`` is
         informational (observations are always stored losslessly in the space's dtype).
     **store_options
-        Keyword-only (:class:`~sb3_integration._common.StoreOptions`): ``preset``
+        Keyword-only (:class:`~sb3_integration.buffers.options.StoreOptions`): ``preset``
         (``"fast"``, the default: chunk_len 4, ``zstd3+dict``; or ``"compact"``: chunk_len 32,
         smaller and slower to sample; explicit arguments win), ``chunk_len`` (frames per
         chunk), ``cache_bytes`` (decoded-chunk cache shared by all keys; 0: none), ``tier``

@@ -2,7 +2,7 @@
 
 A rollout is written once, read ``n_epochs`` times in a random order, and thrown
 away by ``reset()`` at the start of the next rollout. Observations go into the
-same frame engine as the replay buffers (:class:`~sb3_integration.frames.FrameStore`,
+same frame engine as the replay buffers (:class:`~sb3_integration.engine.frames.FrameStore`,
 one stack per row): each distinct frame is stored once, and every ``get()``
 batch is one native gather of its frames straight into the batch array, which
 becomes the torch tensor without another copy. SB3 instead copies the whole
@@ -20,7 +20,7 @@ space's dtype, bit for bit, with the same random-number use (SB3's own ``get()``
 runs unchanged; only ``reset``, ``add`` and ``_get_samples`` are replaced).
 
 With ``buffer_device`` (a torch device) the frames live in device memory and each
-``get()`` batch is decoded and stacked there (:mod:`sb3_integration.device_stacks`):
+``get()`` batch is decoded and stacked there (:mod:`sb3_integration.engine.device_stacks`):
 the observations of a batch never pass through the host. Actions, values, log
 probabilities, advantages and returns stay SB3's host arrays and are copied to
 ``device`` per batch, as SB3 copies them. ``heap_bytes`` caps the device bytes of the
@@ -44,20 +44,23 @@ from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, Roll
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import Codec, get_codec
-from sb3_integration._closing import ClosableBuffer
-from sb3_integration._common import (
-    ObservationView,
-    StoreOptions,
-    check_frame_dedup,
-    device_budget,
-    stack_axis_order,
-    subspaces,
+from sb3_integration.buffers._closing import ClosableBuffer
+from sb3_integration.buffers.observations import stack_axis_order, subspaces
+from sb3_integration.buffers.options import StoreOptions, check_frame_dedup, device_budget
+from sb3_integration.buffers.sb3_checks import (
+    check_rollout_add,
+    check_rollout_allocation,
+    check_rollout_space,
 )
-from sb3_integration.device_stacks import check_not_meta, to_host
+from sb3_integration.buffers.views import ObservationView
+from sb3_integration.engine.device_stacks import check_not_meta, to_host
+from sb3_integration.engine.frames import OBS, FrameStore
 from sb3_integration.errors import RolloutNotFullError, UsageTypeError
-from sb3_integration.extra_buffers import convert_samples, describe, parse_extra_buffers_args
-from sb3_integration.frames import OBS, FrameStore
-from sb3_integration.sb3_ops import check_rollout_add, check_rollout_allocation, check_rollout_space
+from sb3_integration.interop.extra_buffers import (
+    convert_samples,
+    describe,
+    parse_extra_buffers_args,
+)
 
 __all__ = ["DEFAULT_ROLLOUT_COMPRESSION", "CompressedDictRolloutBuffer", "CompressedRolloutBuffer"]
 
@@ -208,7 +211,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
     def add(self, obs: Any, action: np.ndarray, reward: np.ndarray, episode_start: np.ndarray,
             value: th.Tensor, log_prob: th.Tensor) -> None:
         """SB3's ``add`` (an array, or a dict of them for a Dict space); everything is checked
-        before anything is written (SB3's errors, see :mod:`sb3_integration.sb3_ops`)."""
+        before anything is written (SB3's errors, see :mod:`sb3_integration.buffers.sb3_checks`)."""
         checked, fields = check_rollout_add(self, obs, action, reward, episode_start, value, log_prob)
         _write_fields(self, fields)
         attempt = self.__dict__.get("_commits", 0)  # this add's name for the frame stores
@@ -302,7 +305,7 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
     Parameters
     ----------
     dtypes, normalize_images, compression_kwargs, decompression_kwargs
-        sb3-extra-buffers' arguments (see :mod:`sb3_integration.extra_buffers`);
+        sb3-extra-buffers' arguments (see :mod:`sb3_integration.interop.extra_buffers`);
         ``dtypes`` is informational: observations are always stored losslessly in
         the space's dtype. sb3-extra-buffers' rollout buffers take no ``output_dtype``;
         neither do these.

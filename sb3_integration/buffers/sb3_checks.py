@@ -1,4 +1,4 @@
-"""SB3's buffer operations, replayed on scratch arrays before anything is written.
+"""SB3's buffer operations and constructor checks, replayed on scratch arrays before anything is written.
 
 SB3's buffers convert their arguments with numpy operations on their own arrays
 (``action.reshape(...)``, ``self.rewards[self.pos] = np.array(reward)``,
@@ -8,7 +8,7 @@ in SB3's order, on scratch rows of the same shape and dtype first: a misuse
 raises SB3's exception type with numpy's own message plus ours
 (:mod:`sb3_integration.errors`), and nothing has been written yet.
 
-Observations go through :func:`~sb3_integration._common.lossless_obs` once all of
+Observations go through :func:`~sb3_integration.buffers.observations.lossless_obs` once all of
 SB3's operations succeeded (so SB3's errors come first): where SB3 would store
 them changed (a lossy cast, one value broadcast to several), it refuses with
 :class:`~sb3_integration.errors.DataLossError`.
@@ -32,10 +32,22 @@ from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
-from stable_baselines3.common.buffers import DictRolloutBuffer
+from stable_baselines3 import HerReplayBuffer
+from stable_baselines3.common.buffers import (
+    DictReplayBuffer,
+    DictRolloutBuffer,
+    NStepReplayBuffer,
+    ReplayBuffer,
+)
 
-from sb3_integration._common import lossless_obs, sb3_obs, subspaces
-from sb3_integration.errors import RolloutFullError, SpaceMismatchError, usage_error
+from sb3_integration.buffers.observations import lossless_obs, sb3_obs, subspaces
+from sb3_integration.errors import (
+    RolloutFullError,
+    SpaceMismatchError,
+    UsageAssertionError,
+    UsageValueError,
+    usage_error,
+)
 
 __all__ = [
     "check_allocation",
@@ -45,6 +57,7 @@ __all__ = [
     "check_rollout_allocation",
     "check_rollout_space",
     "like_sb3",
+    "replay_constructor_checks",
     "sb3_reshape",
     "sb3_row",
 ]
@@ -352,3 +365,71 @@ def check_rollout_add(buf: Any, obs: Any, action: Any, reward: Any, episode_star
     return {key: lossless_obs(arr, *_store_of(buf, key), "observations" if key is None else key)
             for key, arr in obs_in.items()}, rows
 
+
+# -- SB3's constructor checks, written once -------------------------------------------------
+def _rows(buf: Any) -> int:
+    """SB3's ``max(buffer_size // n_envs, 1)``, with its error (n_envs=0: ZeroDivisionError)."""
+    return like_sb3(lambda: max(buf.buffer_size // buf.n_envs, 1), f"n_envs must be >= 1, got {buf.n_envs!r}",
+                    argument=False)
+
+
+def _check_arrays(buf: Any, rows: int) -> None:
+    """SB3's allocations of observations and actions (their argument errors), without allocating."""
+    name, n = type(buf).__name__, buf.n_envs
+    keys = buf.obs_shape.items() if isinstance(buf, DictReplayBuffer) else [(None, buf.obs_shape)]
+    for key, shape in keys:
+        if isinstance(shape, dict):  # a Dict space given to a non-Dict buffer: SB3's np.zeros unpacks its keys
+            hint = (f"{name} got a Dict observation space; use CompressedDictReplayBuffer (SB3's "
+                    "DictReplayBuffer), or CompressedHerReplayBuffer for goal-conditioned envs")
+        else:
+            hint = f"{name}: SB3 allocates observations{'' if key is None else f'[{key!r}]'} of shape " \
+                   f"({rows!r}, {n!r}, *{shape})"
+        space = buf.observation_space if key is None else buf.observation_space[key]
+        check_allocation((rows, n, *shape), space.dtype, hint)
+    check_allocation((rows, n, buf.action_dim), ReplayBuffer._maybe_cast_dtype(buf.action_space.dtype),
+                     f"{name}: SB3 allocates actions of shape ({rows!r}, {n!r}, {buf.action_dim})")
+
+
+def _check_replay(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
+    """``ReplayBuffer.__init__``'s checks, in its order (a Dict space fails its allocation)."""
+    rows = _rows(buf)
+    if optimize_memory_usage and handle_timeout_termination:
+        raise UsageValueError(
+            "ReplayBuffer does not support optimize_memory_usage = True "
+            "and handle_timeout_termination = True simultaneously.",
+            "pass handle_timeout_termination=False, or leave optimize_memory_usage off: it saves nothing "
+            "here (frame dedup stores next_obs[t] == obs[t+1] once already)")
+    _check_arrays(buf, rows)
+
+
+def _check_dict(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
+    """``DictReplayBuffer.__init__``'s assertions and allocations, in its order (raised under -O too)."""
+    name, space = type(buf).__name__, type(buf.observation_space).__name__
+    if not isinstance(buf.obs_shape, dict):
+        hint = (f"{name} needs a goal-conditioned Dict observation space: observation, achieved_goal, "
+                f"desired_goal; got {space}") if isinstance(buf, HerReplayBuffer) else \
+            f"{name} got a {space} space; use CompressedReplayBuffer"
+        raise SpaceMismatchError("DictReplayBuffer must be used with Dict obs space only", hint)
+    rows = _rows(buf)
+    if optimize_memory_usage:
+        raise UsageAssertionError("DictReplayBuffer does not support optimize_memory_usage",
+                                  "leave it off: frame dedup stores next_obs[t] == obs[t+1] once already")
+    _check_arrays(buf, rows)
+
+
+def _check_nstep(buf: Any, optimize_memory_usage: bool, handle_timeout_termination: bool) -> None:
+    if optimize_memory_usage:
+        raise NotImplementedError("NStepReplayBuffer doesn't support optimize_memory_usage=True")
+
+
+#: per SB3 replay class, the checks its constructor makes (NStepReplayBuffer runs ReplayBuffer's first)
+_SB3_CHECKS: dict[type, tuple[Callable[[Any, bool, bool], None], ...]] = {
+    NStepReplayBuffer: (_check_replay, _check_nstep),
+    DictReplayBuffer: (_check_dict,),
+    ReplayBuffer: (_check_replay,),
+}
+
+
+def replay_constructor_checks(cls: type) -> tuple[Callable[[Any, bool, bool], None], ...]:
+    """The checks of the most derived SB3 replay class ``cls`` extends."""
+    return next(_SB3_CHECKS[c] for c in cls.__mro__ if c in _SB3_CHECKS)

@@ -4,7 +4,7 @@ A frame store whose frames live in a :class:`~chunkstore.device.DeviceArray` rea
 batch in three steps, and only the first runs on the host:
 
 1. the host computes which frames each stack needs, from its own descriptors
-   (:meth:`~sb3_integration.frames.FrameStore.frame_ids`: ``(stacks, depth)`` item
+   (:meth:`~sb3_integration.engine.frames.FrameStore.frame_ids`: ``(stacks, depth)`` item
    ids, ``-1`` for a padding frame);
 2. :meth:`DeviceArray.take_padded` uploads one small block (the ids' header and any record
    not on the device) and decodes every frame of the batch, padding frames as zeros,
@@ -19,9 +19,9 @@ device data back: the torch ops are the same for a batch of 2 or 2,000, for 1 en
 or 8. Counted on the cpu: 27 ops for the read and 2 for the layout (a channel-last
 layout adds a permute and, for frames wider than one channel, a copy).
 
-Also here, so that :mod:`sb3_integration.frames` stays about the frame engine: the
+Also here, so that :mod:`sb3_integration.engine.frames` stays about the frame engine: the
 checks a device store makes when built (:func:`check_device`) and unpickled
-(:func:`available_device`), and its :meth:`~sb3_integration.frames.FrameStore.info`
+(:func:`available_device`), and its :meth:`~sb3_integration.engine.frames.FrameStore.info`
 (:func:`device_info`).
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.device import torch_dtype
-from sb3_integration.stacking import StackLayout
+from sb3_integration.engine.stacking import StackLayout
 
 __all__ = ["available_device", "check_device", "device_info", "read_stacks", "to_host"]
 

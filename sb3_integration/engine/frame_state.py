@@ -1,7 +1,7 @@
-"""What a :class:`~sb3_integration.frames.FrameStore` is, as data: its state in and out.
+"""What a :class:`~sb3_integration.engine.frames.FrameStore` is, as data: its state in and out.
 
 :class:`FrameStoreState` is the frame store's one state object: persistence
-(:mod:`sb3_integration.persistence`) writes and reads it, pickling goes through
+(:mod:`sb3_integration.persistence.files`) writes and reads it, pickling goes through
 it (:func:`pickle_state` / :func:`unpickle_state`), and :func:`check_state`
 refuses one that does not fit a store, or is not consistent in itself (streams,
 descriptors and the last stack that disagree: see :func:`check_streams`), before
@@ -18,20 +18,17 @@ intact while the store keeps being written. Close the state (or use it in a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from chunkstore import ChunkedArray
 from chunkstore.array import ArraySnapshot
-from sb3_integration._common import pack_array, unpack_array
-from sb3_integration.stacking import StackLayout
+from sb3_integration.engine.packing import pack_array, unpack_array
+from sb3_integration.engine.stacking import StackLayout
 
-if TYPE_CHECKING:
-    from sb3_integration.frames import FrameStore
-
-__all__ = ["FAR", "STATE_VERSION", "UNWRITTEN", "WRAP", "FrameStoreState", "capture", "check_own_state",
-           "check_state", "check_streams", "far_array", "install", "pickle_state", "unpickle_state"]
+__all__ = ["FAR", "STATE_VERSION", "UNWRITTEN", "WRAP", "FrameStoreState", "check_own_state",
+           "check_state", "check_streams", "far_array", "pickle_state", "unpickle_state"]
 
 #: version of a pickled frame store (1: 0.1.0's pickled ``__dict__``)
 STATE_VERSION = 2
@@ -329,43 +326,3 @@ def _legacy(d: dict[str, Any]) -> tuple[dict[str, Any], FrameStoreState]:
         frames=frames, pending=list(d["_pending"]),
     )
     return config, state
-
-
-# -- a live store's state out and in --------------------------------------------------
-def capture(fs: FrameStore) -> FrameStoreState:
-    """``fs`` at this moment: copies of its small arrays, a snapshot of its frames (caller holds ``fs``'s lock)."""
-    return FrameStoreState(
-        obs_shape=fs.obs_shape, dtype=fs.dtype, n_rows=fs.n_rows, n_envs=fs.n_envs,
-        stacks_per_row=fs.stacks_per_row, dedup=fs.dedup, layout=fs.layout,
-        ring_frames=fs.ring_frames if fs.layout is not None else None,
-        slots=fs.slots.copy(), deltas=fs.deltas.copy(), far=far_array(fs.far),
-        pads=fs.pads.copy(), heads=fs.heads.copy(), released=fs.released.copy(),
-        last_slot=fs.last_slot.copy(), last_pad=fs.last_pad.copy(), has_last=fs.has_last.copy(),
-        last=None if fs.last is None else fs.last.copy(), used=list(fs.used),
-        frames=fs._frames_snapshot(),
-        pending=[(w, r, x.copy()) for w, r, x in fs._pending],
-    )
-
-
-def install(fs: FrameStore, state: FrameStoreState) -> None:
-    """Make ``fs`` be ``state``: checked first (ValueError, nothing changed), then installed in one step."""
-    depth = state.layout.depth if state.layout else 1
-    check_state(state, obs_shape=fs.obs_shape, dtype=fs.dtype, n_rows=fs.n_rows, n_envs=fs.n_envs,
-                stacks_per_row=fs.stacks_per_row, dedup=fs.dedup, chunk_len=fs.chunk_len,
-                max_ring_frames=fs._round((fs.n_rows + 1) * fs.stacks_per_row * depth + 2 * fs.chunk_len),
-                name=fs.name)
-    frames = fs._state_frames(state.frames, state.layout)
-    new = {
-        "slots": state.slots, "deltas": state.deltas, "pads": state.pads,
-        "far": {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()},
-        "heads": state.heads, "released": state.released, "last_slot": state.last_slot,
-        "last_pad": state.last_pad, "has_last": state.has_last, "used": [bool(u) for u in state.used],
-        "_pending": list(state.pending), "layout": state.layout, "_undo": None,
-        "frames": frames if state.layout is not None else None,
-        "last": state.last if state.layout is not None else None,
-    }
-    with fs._lock:
-        old = fs.frames
-        fs.__dict__.update(new)  # one step
-        if old is not None and old is not fs.frames:
-            old.close()

@@ -60,7 +60,7 @@ Frames on a device. With ``device`` (a torch device: ``"cuda"``, ``"cpu"``,
 ChunkedArray: the same engine (streams, descriptors, dedup, ring, releases) writes
 it, and :meth:`FrameStore.gather` returns torch tensors on that device. The host
 computes the frame ids of a batch (:meth:`FrameStore.frame_ids`), the device
-decodes the frames and assembles the stacks (:mod:`sb3_integration.device_stacks`);
+decodes the frames and assembles the stacks (:mod:`sb3_integration.engine.device_stacks`);
 no device data is read on the host. Its state (:meth:`FrameStore.state_dict`) holds
 the frames as a host snapshot encoded with ``codec``, so files and pickles are the
 same as a host store's, and :meth:`FrameStore.load_state_dict` puts them back on the
@@ -85,33 +85,34 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from chunkstore import ChunkedArray, LRUChunkCache, Tier, native
+from chunkstore import ChunkedArray, LRUChunkCache, Tier
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
 from chunkstore.device import DeviceArray
-from sb3_integration._frame_writes import DETECT_MAX_PUTS, FrameWrites, _native_writer
-from sb3_integration._outputs import OutputBlocks
-from sb3_integration.device_stacks import (
+from sb3_integration.engine._frame_writes import DETECT_MAX_PUTS, FrameWrites, _native_writer
+from sb3_integration.engine._outputs import OutputBlocks
+from sb3_integration.engine.api import NEXT, OBS, FrameStoreAPI
+from sb3_integration.engine.device_stacks import (
     META_NO_DATA,
     available_device,
     check_device,
     device_info,
     read_stacks,
 )
-from sb3_integration.frame_state import (
+from sb3_integration.engine.frame_ids import stack_frame_ids
+from sb3_integration.engine.frame_state import (
     FAR,
     UNWRITTEN,
-    WRAP,
     FrameStoreState,
-    capture,
-    install,
+    check_state,
+    far_array,
     pickle_state,
     unpickle_state,
 )
-from sb3_integration.stacking import (
+from sb3_integration.engine.stacking import (
     StackLayout,
     bitwise_comparable,
     detect_layout,
@@ -131,44 +132,12 @@ __all__ = [
     "detect_layout",
 ]
 
-#: kinds of stack a row can hold: the observation and the next observation
-OBS, NEXT = 0, 1
-
 #: frames per row the ring starts with: Atari stacks share all but one frame, and each
 #: episode adds one more (its first frame); the ring grows by half when that is short
 _START_FRAMES_PER_ROW = 1.25
 #: the config a store is rebuilt from (a pickle holds it beside the state)
 _CONFIG = ("obs_shape", "dtype", "n_rows", "n_envs", "stacks_per_row", "chunk_len", "codec", "tier", "cache",
            "threads", "dedup", "axis_order", "name", "device", "device_budget")
-
-
-class FrameStoreAPI(Protocol):
-    """What a buffer asks of a frame store (the seam a second implementation plugs into)."""
-
-    obs_shape: tuple[int, ...]
-    dtype: np.dtype
-    name: str
-
-    def put(self, which: int, row: int, x: np.ndarray) -> None: ...
-
-    def put_row(self, row: int, stacks: Sequence[np.ndarray]) -> None: ...
-
-    def release_before(self, row: int) -> None: ...
-
-    def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[Any]: ...
-
-    def clear(self) -> None: ...
-
-    def state_dict(self) -> FrameStoreState: ...
-
-    def load_state_dict(self, state: FrameStoreState) -> None: ...
-
-    def close(self) -> None: ...
-
-    def info(self) -> dict[str, Any]: ...
-
-    @property
-    def nbytes_stored(self) -> int: ...
 
 
 class FrameStore(FrameWrites):
@@ -373,21 +342,11 @@ class FrameStore(FrameWrites):
     def frame_ids(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
         """Item ids in the frame array of stacks ``[which, rows, envs]``: ``(n, depth)``, -1 = zeros.
 
-        ``which``, ``rows`` and ``envs`` broadcast together (int64, in range).
+        ``which``, ``rows`` and ``envs`` broadcast together (int64, in range)
+        (:func:`sb3_integration.engine.frame_ids.stack_frame_ids`).
         """
         lay = self.ensure_layout()
-        k, F = lay.depth, self.ring_frames
-        if native.available():
-            w = np.full(len(rows), which, np.int64) if np.isscalar(which) else np.asarray(which, np.int64)
-            out = np.empty((len(rows), k), np.int64)
-            from sb3_integration._native_frames import stack_ids
-
-            if not stack_ids(w, rows, envs, self.slots, self.deltas, self.pads, self.heads, k, F, out):
-                return out
-            far = out[:, 0] == -2  # rare: resolved by the numpy path below
-            out[far] = self._frame_ids_numpy(w[far], rows[far], envs[far], k, F)
-            return out
-        return self._frame_ids_numpy(which, rows, envs, k, F)
+        return stack_frame_ids(self, which, rows, envs, lay.depth, self.ring_frames)
 
     def newest_frames(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The global frame number of each stack's newest frame in its env's stream, and its padding.
@@ -402,27 +361,6 @@ class FrameStore(FrameWrites):
         local = ids[:, -1] - envs * F  # position in the env's ring (an all-padding stack: meaningless)
         g = heads - 1 - ((heads - 1 - local) % F)
         return g, (ids < 0).sum(axis=1)
-
-    def _frame_ids_numpy(self, which: Any, rows: np.ndarray, envs: np.ndarray, k: int, F: int) -> np.ndarray:
-        heads = self.heads[envs]
-        # the newest frame's global number, from its low 32 bits and the stream head
-        ids = heads - ((heads - self.slots[rows, envs]) % WRAP)
-        if self.stacks_per_row > 1 and np.any(which):
-            w = np.broadcast_to(np.asarray(which, np.int64), ids.shape)
-            delta = np.where(w > 0, self.deltas[np.maximum(w - 1, 0), rows, envs], 0)
-            ids += delta
-            for i in np.flatnonzero(delta == FAR).tolist():  # rare: kept aside
-                key = (int(w[i]), int(rows[i]), int(envs[i]))
-                if key in self.far:
-                    ids[i] = heads[i] - ((heads[i] - self.far[key]) % WRAP)
-        ids += envs * F - ids // F * F  # its item: env region + position in the ring
-        if k > 1:
-            ids = ids[:, None] + np.arange(1 - k, 1)
-            ids[ids < (envs * F)[:, None]] += F  # frames of a stack can wrap around the ring
-        else:
-            ids = ids[:, None]
-        ids[np.arange(k) < self.pads[which, rows, envs][:, None]] = -1
-        return ids
 
     def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[Any]:
         """Read several index sets in one pass over the chunks.
@@ -457,7 +395,7 @@ class FrameStore(FrameWrites):
 
     @property
     def output_nbytes(self) -> int:
-        """Bytes of the output blocks :meth:`gather` keeps for reuse (:mod:`sb3_integration._outputs`)."""
+        """Bytes of the output blocks :meth:`gather` keeps for reuse (:mod:`sb3_integration.engine._outputs`)."""
         outputs = self.__dict__.get("_outputs")
         return 0 if outputs is None else outputs.nbytes
 
@@ -551,13 +489,22 @@ class FrameStore(FrameWrites):
 
     # -- state in, state out ---------------------------------------------------------
     def state_dict(self) -> FrameStoreState:
-        """This store at this moment (copies; the frames as a snapshot): close it when done.
+        """This store at this moment (copies of its small arrays, the frames as a snapshot): close it when done.
 
-        The store may go on being written meanwhile; the state does not change
-        (:func:`sb3_integration.frame_state.capture`).
+        The store may go on being written meanwhile; the state does not change.
         """
         with self._lock:
-            return capture(self)
+            return FrameStoreState(
+                obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
+                stacks_per_row=self.stacks_per_row, dedup=self.dedup, layout=self.layout,
+                ring_frames=self.ring_frames if self.layout is not None else None,
+                slots=self.slots.copy(), deltas=self.deltas.copy(), far=far_array(self.far),
+                pads=self.pads.copy(), heads=self.heads.copy(), released=self.released.copy(),
+                last_slot=self.last_slot.copy(), last_pad=self.last_pad.copy(), has_last=self.has_last.copy(),
+                last=None if self.last is None else self.last.copy(), used=list(self.used),
+                frames=self._frames_snapshot(),
+                pending=[(w, r, x.copy()) for w, r, x in self._pending],
+            )
 
     def _frames_snapshot(self) -> ArraySnapshot | None:
         """The frames now: a ChunkedArray's snapshot, or device frames encoded on the host with ``codec``."""
@@ -576,9 +523,28 @@ class FrameStore(FrameWrites):
         A store with ``device`` copies the frames of any of them onto the device
         (a ChunkedArray given is read, not kept).
         Raises ValueError (and changes nothing) when the state does not fit
-        (:func:`sb3_integration.frame_state.install`).
+        (:func:`sb3_integration.engine.frame_state.check_state`); else installs it in one step.
         """
-        install(self, state)
+        depth = state.layout.depth if state.layout else 1
+        check_state(state, obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
+                    stacks_per_row=self.stacks_per_row, dedup=self.dedup, chunk_len=self.chunk_len,
+                    max_ring_frames=self._round((self.n_rows + 1) * self.stacks_per_row * depth + 2 * self.chunk_len),
+                    name=self.name)
+        frames = self._state_frames(state.frames, state.layout)
+        new = {
+            "slots": state.slots, "deltas": state.deltas, "pads": state.pads,
+            "far": {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()},
+            "heads": state.heads, "released": state.released, "last_slot": state.last_slot,
+            "last_pad": state.last_pad, "has_last": state.has_last, "used": [bool(u) for u in state.used],
+            "_pending": list(state.pending), "layout": state.layout, "_undo": None,
+            "frames": frames if state.layout is not None else None,
+            "last": state.last if state.layout is not None else None,
+        }
+        with self._lock:
+            old = self.frames
+            self.__dict__.update(new)  # one step
+            if old is not None and old is not self.frames:
+                old.close()
 
     def _state_frames(self, given: Any, layout: StackLayout | None) -> ChunkedArray | DeviceArray | None:
         """The frame array a state's ``frames`` becomes in this store (see :meth:`load_state_dict`)."""

@@ -6,10 +6,10 @@ Migrating is one import line::
     from sb3_integration import CompressedReplayBuffer, find_buffer_dtypes
 
 Every buffer takes sb3-extra-buffers' constructor arguments, translated by one
-function (:mod:`sb3_integration.extra_buffers`); the buffer classes themselves are
-defined once, in :mod:`sb3_integration.replay` and :mod:`sb3_integration.rollout`
+function (:mod:`sb3_integration.interop.extra_buffers`); the buffer classes themselves are
+defined once, in :mod:`sb3_integration.buffers.replay` and :mod:`sb3_integration.buffers.rollout`
 (they are re-exported here, so imports and pickles that name
-``sb3_integration.compat.CompressedReplayBuffer`` keep working).
+``sb3_integration.interop.compat.CompressedReplayBuffer`` keep working).
 
 :class:`GpuReplayBuffer` and :class:`GpuRolloutBuffer` (sb3-extra-buffers'
 experimental GPU buffers) are the same buffers with ``buffer_device`` defaulting to
@@ -30,10 +30,10 @@ import torch as th
 from gymnasium import spaces
 
 from chunkstore import Codec
-from sb3_integration._common import check_positive_or_none
-from sb3_integration.extra_buffers import CodecFallbackWarning, resolve_compression_method
-from sb3_integration.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
-from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+from sb3_integration.buffers.options import check_positive_or_none
+from sb3_integration.buffers.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
+from sb3_integration.buffers.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+from sb3_integration.interop.extra_buffers import CodecFallbackWarning, resolve_compression_method
 
 __all__ = [
     "CodecFallbackWarning",

@@ -20,80 +20,22 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from gymnasium import spaces
-from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
-from stable_baselines3.common.save_util import load_from_pkl
+from stable_baselines3.common.buffers import ReplayBuffer
+
+from sb3_integration.buffers.her import CompressedHerReplayBuffer
+from sb3_integration.buffers.replay import (
+    CompressedDictReplayBuffer,
+    CompressedNStepReplayBuffer,
+    CompressedReplayBuffer,
+)
+from sb3_integration.interop.sources import check_source, convert_into, is_sb3eb, unpickle
 
 __all__ = ["from_sb3_extra_buffers", "load_replay_buffer"]
 
-_EXTRA = "pip install 'chunkstore[sb3eb]'"
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-
-
-def _is_sb3eb(obj: Any) -> bool:
-    return type(obj).__module__.startswith("sb3_extra_buffers.")
-
-
-def _unpickle(path: str | os.PathLike[str]) -> Any:
-    try:
-        return load_from_pkl(os.fspath(path))
-    except ModuleNotFoundError as e:
-        if e.name and e.name.split(".")[0] in ("sb3_extra_buffers", "zstd", "lz4", "isal", "numba"):
-            raise ImportError(f"{os.fspath(path)} holds an sb3-extra-buffers buffer; reading it needs "
-                              f"sb3-extra-buffers and its codec backends ({e.name} is missing): {_EXTRA}") from e
-        raise
-
-
-# -- reading observations from the source buffer --------------------------------------
-Reader = Callable[[Any, int], Any]  # (the source's observations or next_observations, row) -> (n_envs, ...)
-
-
-def _reader(src: Any) -> Reader:
-    """How to read row ``i`` of ``src.observations`` (or ``next_observations``) for all envs."""
-    dict_space = isinstance(src.observation_space, spaces.Dict)
-    if not _is_sb3eb(src):
-        if dict_space:
-            return lambda obs, i: {key: arr[i] for key, arr in obs.items()}
-        return lambda obs, i: obs[i]
-
-    def blobs(cells: np.ndarray, shape: tuple[int, ...], **kw: Any) -> np.ndarray:
-        missing = [e for e, b in enumerate(cells) if b is None]
-        if missing:
-            raise ValueError(f"the sb3-extra-buffers buffer has no observation stored for env(s) {missing}")
-        return np.stack([np.asarray(src._decompress(b, **kw)).reshape(shape) for b in cells])
-
-    if dict_space:
-        return lambda obs, i: {key: blobs(arr[i], src.obs_shape[key], arr_configs=src.flatten_configs[key])
-                               for key, arr in obs.items()}
-    return lambda obs, i: blobs(obs[i], src.obs_shape)
-
-
-def _check_source(src: Any) -> None:
-    if _is_sb3eb(src):
-        known = ("CompressedReplayBuffer", "CompressedDictReplayBuffer")
-        if type(src).__name__ not in known:
-            raise TypeError(f"cannot convert sb3-extra-buffers' {type(src).__name__}; supported: {', '.join(known)}")
-    elif type(src) not in (ReplayBuffer, DictReplayBuffer):
-        raise TypeError(f"expected an sb3-extra-buffers or SB3 ReplayBuffer / DictReplayBuffer, "
-                        f"got {type(src).__module__}.{type(src).__name__}")
-
-
-def _default_class(src: Any) -> type:
-    from sb3_integration.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
-
-    return CompressedDictReplayBuffer if isinstance(src.observation_space, spaces.Dict) else CompressedReplayBuffer
-
-
-def _source_options(src: Any) -> dict[str, Any]:
-    """sb3-extra-buffers' sampling options (they change what samples look like)."""
-    if not _is_sb3eb(src):
-        return {}
-    return {"normalize_images": bool(getattr(src, "normalize_images", False)),
-            "output_dtype": "raw" if getattr(src, "output_dtype", None) is None else "float"}
 
 
 # -- the conversion -------------------------------------------------------------------
@@ -137,36 +79,12 @@ def from_sb3_extra_buffers(source: Any, *, buffer_class: type | None = None, dev
     >>> buf = from_sb3_extra_buffers("sb3eb_buffer.pkl", compression_method="zstd3")  # doctest: +SKIP
     >>> model.replay_buffer = buf                                                      # doctest: +SKIP
     """
-    src = _unpickle(source) if isinstance(source, (str, os.PathLike)) else source
-    _check_source(src)
-    cls = buffer_class or _default_class(src)
-    if isinstance(src.observation_space, spaces.Dict) != issubclass(cls, DictReplayBuffer):
-        raise TypeError(f"{cls.__name__} does not fit a {type(src).__name__} "
-                        f"({'a Dict' if isinstance(src.observation_space, spaces.Dict) else 'a non-Dict'} space)")
-    options = {**_source_options(src), **kwargs}
-    dst = cls(src.buffer_size * src.n_envs, src.observation_space, src.action_space,
-              device=src.device if device is None else device, n_envs=src.n_envs,
-              optimize_memory_usage=src.optimize_memory_usage,
-              handle_timeout_termination=src.handle_timeout_termination, **options)
-    _copy_transitions(src, dst)
-    return dst
-
-
-def _copy_transitions(src: Any, dst: Any) -> None:
-    """``add()`` every stored transition of ``src`` to ``dst`` (empty), oldest first, at the same rows."""
-    n, read = src.buffer_size, _reader(src)
-    rows = [*range(src.pos, n), *range(src.pos)] if src.full else list(range(src.pos))
-    dst.pos = rows[0] if rows else 0  # the rows land where they are in src; the ring wraps as src's did
-    for i in rows:
-        obs = read(src.observations, i)
-        if src.optimize_memory_usage:  # SB3 keeps next_obs[i] in observations[i + 1]
-            nxt = read(src.observations, (i + 1) % n)
-        else:
-            nxt = read(src.next_observations, i)
-        infos = [{"TimeLimit.truncated": bool(t)} for t in src.timeouts[i]]
-        dst.add(obs, nxt, src.actions[i], src.rewards[i], src.dones[i], infos)
-    if (dst.pos, dst.full) != (src.pos, src.full):  # pragma: no cover - guards the row arithmetic
-        raise AssertionError(f"converted buffer at pos={dst.pos} full={dst.full}, source {src.pos} {src.full}")
+    if buffer_class is None:
+        src = unpickle(source) if isinstance(source, (str, os.PathLike)) else source
+        check_source(src)
+        dict_space = isinstance(src.observation_space, spaces.Dict)
+        buffer_class, source = (CompressedDictReplayBuffer if dict_space else CompressedReplayBuffer), src
+    return convert_into(source, buffer_class, device=device, **kwargs)
 
 
 # -- loading into a model -------------------------------------------------------------
@@ -201,13 +119,6 @@ def load_replay_buffer(model: Any, path: str | os.PathLike[str], truncate_last_t
     >>> type(model.replay_buffer).__name__                                           # doctest: +SKIP
     'CompressedReplayBuffer'
     """
-    from sb3_integration.her import CompressedHerReplayBuffer
-    from sb3_integration.replay import (
-        CompressedDictReplayBuffer,
-        CompressedNStepReplayBuffer,
-        CompressedReplayBuffer,
-    )
-
     cls = model.replay_buffer_class
     ours = isinstance(cls, type) and issubclass(cls, (CompressedReplayBuffer, CompressedDictReplayBuffer,
                                                        CompressedNStepReplayBuffer, CompressedHerReplayBuffer))
@@ -217,8 +128,8 @@ def load_replay_buffer(model: Any, path: str | os.PathLike[str], truncate_last_t
                             f"sb3_integration's replay buffer classes (it has {cls!r})")
         buf = cls.load(path, device=model.device)
     else:
-        buf = _unpickle(path)
-        if _is_sb3eb(buf):
+        buf = unpickle(path)
+        if is_sb3eb(buf):
             options = {**(model.replay_buffer_kwargs or {}), **kwargs}
             options.pop("env", None)
             buf = from_sb3_extra_buffers(buf, buffer_class=cls if ours else None, device=model.device,

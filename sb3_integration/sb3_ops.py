@@ -1,0 +1,14 @@
+"""``sb3_integration.sb3_ops``, the module's path before 0.2: now :mod:`sb3_integration.buffers.sb3_checks`.
+
+Kept so that imports and pickles naming the old path go on working; new code imports the new one.
+"""
+
+from typing import Any
+
+from sb3_integration.buffers import sb3_checks as _new
+from sb3_integration.buffers.sb3_checks import *  # noqa: F403
+from sb3_integration.buffers.sb3_checks import __all__ as __all__
+
+
+def __getattr__(name: str) -> Any:  # every other name the module had, as before
+    return getattr(_new, name)
