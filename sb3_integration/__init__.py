@@ -6,15 +6,15 @@ dtypes, ndarray-like ``observations``, pickling) and store each distinct frame
 once, in compressed chunks.
 
 Every buffer also takes sb3-extra-buffers' arguments and codec names
-(:mod:`sb3_integration.extra_buffers`), and its helper names live in
-:mod:`sb3_integration.compat`, so migrating from ``sb3_extra_buffers.compressed`` is
-one import line; :mod:`sb3_integration.convert` brings existing sb3-extra-buffers
+(:mod:`sb3_integration.interop.extra_buffers`), and its helper names live in
+:mod:`sb3_integration.interop.compat`, so migrating from ``sb3_extra_buffers.compressed`` is
+one import line; :mod:`sb3_integration.interop.convert` brings existing sb3-extra-buffers
 pickles over. :class:`CompressedHerReplayBuffer` is SB3's ``HerReplayBuffer``, compressed.
 
-Where each buffer lives: :mod:`sb3_integration.replay` (``CompressedReplayBuffer``,
+Where each buffer lives: :mod:`sb3_integration.buffers.replay` (``CompressedReplayBuffer``,
 ``CompressedDictReplayBuffer``, ``CompressedNStepReplayBuffer``),
-:mod:`sb3_integration.her`, :mod:`sb3_integration.rollout` (``CompressedRolloutBuffer``,
-``CompressedDictRolloutBuffer``), :mod:`sb3_integration.compat` (``GpuReplayBuffer``,
+:mod:`sb3_integration.buffers.her`, :mod:`sb3_integration.buffers.rollout` (``CompressedRolloutBuffer``,
+``CompressedDictRolloutBuffer``), :mod:`sb3_integration.interop.compat` (``GpuReplayBuffer``,
 ``GpuRolloutBuffer``).
 """
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 #: of the package (a replay service's shard or writer, sb3_integration.distributed) does not
 #: import torch and SB3 for it
 _EXPORTS = {
-    "DEFAULT_CHUNK_LEN": "_common", "DEFAULT_COMPRESSION": "_common",
+    "DEFAULT_CHUNK_LEN": "buffers.options", "DEFAULT_COMPRESSION": "buffers.options",
     "CompressedReplayBuffer": "replay", "CompressedDictReplayBuffer": "replay",
     "CompressedNStepReplayBuffer": "replay", "CompressedHerReplayBuffer": "her",
     "CompressedRolloutBuffer": "rollout", "CompressedDictRolloutBuffer": "rollout",
@@ -44,8 +44,23 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # what the names are, for type checkers and readers
-    from sb3_integration._common import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
-    from sb3_integration.compat import (
+    from sb3_integration.algorithms.per_dqn import PrioritizedDQN
+    from sb3_integration.algorithms.per_qrdqn import PrioritizedQRDQN
+    from sb3_integration.buffers.her import CompressedHerReplayBuffer
+    from sb3_integration.buffers.options import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
+    from sb3_integration.buffers.prioritized import (
+        CompressedPrioritizedDictReplayBuffer,
+        CompressedPrioritizedNStepReplayBuffer,
+        CompressedPrioritizedReplayBuffer,
+    )
+    from sb3_integration.buffers.replay import (
+        CompressedDictReplayBuffer,
+        CompressedNStepReplayBuffer,
+        CompressedReplayBuffer,
+    )
+    from sb3_integration.buffers.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+    from sb3_integration.engine.frames import FrameStore, StackLayout
+    from sb3_integration.interop.compat import (
         CompressedArray,
         DummyCls,
         GpuReplayBuffer,
@@ -58,23 +73,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers
         init_jit,
         numpy_dtype_to_torch,
     )
-    from sb3_integration.convert import from_sb3_extra_buffers, load_replay_buffer
-    from sb3_integration.extra_buffers import CodecFallbackWarning
-    from sb3_integration.frames import FrameStore, StackLayout
-    from sb3_integration.her import CompressedHerReplayBuffer
-    from sb3_integration.per_dqn import PrioritizedDQN
-    from sb3_integration.per_qrdqn import PrioritizedQRDQN
-    from sb3_integration.prioritized import (
-        CompressedPrioritizedDictReplayBuffer,
-        CompressedPrioritizedNStepReplayBuffer,
-        CompressedPrioritizedReplayBuffer,
-    )
-    from sb3_integration.replay import (
-        CompressedDictReplayBuffer,
-        CompressedNStepReplayBuffer,
-        CompressedReplayBuffer,
-    )
-    from sb3_integration.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+    from sb3_integration.interop.convert import from_sb3_extra_buffers, load_replay_buffer
+    from sb3_integration.interop.extra_buffers import CodecFallbackWarning
 
 
 def __getattr__(name: str) -> Any:

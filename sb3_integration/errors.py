@@ -7,7 +7,7 @@ exact type SB3 raises there (``ValueError``, ``TypeError``, ``AssertionError``, 
 and whose message is SB3's, followed by what went wrong and what to do. Where
 SB3 gets its error from numpy (a failed broadcast, reshape or conversion), ours
 performs the same numpy operation on a scratch array first, so the message is
-numpy's own (:mod:`sb3_integration.sb3_ops`).
+numpy's own (:mod:`sb3_integration.buffers.sb3_checks`).
 
 Where SB3 silently stores something other than what it was given (a lossy cast:
 float observations into a uint8 space; one environment's observation broadcast

@@ -1,6 +1,6 @@
 """Contract tests every frame store runs: subclass :class:`FrameStoreTests` and supply ``make_store``.
 
-A frame store (:class:`~sb3_integration.frames.FrameStoreAPI`: what the buffers ask of
+A frame store (:class:`~sb3_integration.engine.frames.FrameStoreAPI`: what the buffers ask of
 one) proves itself by subclassing in a test module::
 
     from sb3_integration.testing import FrameStoreTests

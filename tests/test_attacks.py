@@ -376,7 +376,7 @@ def test_layout_2_buffer_state_is_checked_too():
     """Layout 2 (arguments nested, slots as global frame numbers): the same sizes and ranges."""
     from types import SimpleNamespace
 
-    from sb3_integration._load_checks import check_saved_buffer
+    from sb3_integration.persistence._load_checks import check_saved_buffer
 
     size, n_envs = 50, 2
     extras = {"observations/slots": np.full((size, n_envs), 10**6, np.uint32),

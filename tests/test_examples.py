@@ -58,5 +58,5 @@ def test_migrate_from_sb3_extra_buffers():
 def test_rl_zoo3_recipe():
     pytest.importorskip("rl_zoo3")
     out = run_example("rl_zoo3_recipe.py", "--dqn-steps", "800", "--ppo-steps", "1024")
-    assert "DQN: sb3_integration.replay.CompressedReplayBuffer, 800 transitions" in out
-    assert "rollout_buffer_class=sb3_integration.rollout.CompressedRolloutBuffer" in out
+    assert "DQN: sb3_integration.buffers.replay.CompressedReplayBuffer, 800 transitions" in out
+    assert "rollout_buffer_class=sb3_integration.buffers.rollout.CompressedRolloutBuffer" in out

@@ -21,7 +21,7 @@ from chunkstore import ChunkedArray
 from chunkstore.tiers import MemoryTier
 from chunkstore.tiers._segments import MIN_SEGMENT_BYTES
 from sb3_integration import CompressedReplayBuffer, CompressedRolloutBuffer
-from sb3_integration._outputs import OUTPUT_BLOCK_MAX_BYTES
+from sb3_integration.engine._outputs import OUTPUT_BLOCK_MAX_BYTES
 from sb3_integration.frames import FrameStore
 
 
@@ -129,7 +129,7 @@ def test_a_block_is_reused_once_nothing_refers_to_it():
 
 
 def test_large_reads_get_fresh_blocks_not_kept(monkeypatch):
-    import sb3_integration._outputs as outputs_module
+    import sb3_integration.engine._outputs as outputs_module
 
     fs = FrameStore((4, 24, 20), np.uint8, 40, 1, chunk_len=4, codec="zstd1")
     fill_store(fs, 40)

@@ -44,7 +44,7 @@ from chunkstore.array.frontend import WriteFrontEnd, check_geometry
 from chunkstore.device._fork import note_cpu_store
 from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
-from chunkstore.device.dtypes import torch_dtype
+from chunkstore.device.dtypes import carrier_dtype, torch_dtype
 from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceBudget, DeviceHeap
 from chunkstore.device.indices import normalize_indices, ranks
 from chunkstore.device.persist import export_chunked, host_array, import_chunked, snapshot_of
@@ -58,13 +58,6 @@ __all__ = ["DeviceArray"]
 
 DEFAULT_CHUNK_LEN = 4
 MAX_OPEN_CHUNKS = 4
-
-
-def _carriers() -> dict[Any, Any]:
-    import torch
-
-    return {getattr(torch, f"uint{b}"): getattr(torch, f"int{b}") for b in (16, 32, 64)
-            if hasattr(torch, f"uint{b}")}
 
 
 def _import_torch() -> Any:
@@ -140,8 +133,7 @@ class DeviceArray(WriteFrontEnd):
         self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
         self.fmt = RunFormat.for_item(max(self._item_nbytes, 1))
         self._tdtype = torch_dtype(self.dtype)
-        # the dtype decoding gathers in: torch's unsigned 16/32/64-bit types lack index_select
-        self._carrier = _carriers().get(self._tdtype, self._tdtype)
+        self._carrier = carrier_dtype(self._tdtype)  # the dtype decoding gathers in
         wide = self._item_nbytes > 0xFFFF  # run and byte counts of larger items need 32 bits
         count_dtype = np.uint32 if wide else np.uint16
         # per item, one row: reference row, record address (virtual, -1: none), runs, value bytes

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["torch_dtype"]
+__all__ = ["carrier_dtype", "torch_dtype"]
 
 _NAMES = {
     "b1": "bool", "u1": "uint8", "i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64",
@@ -32,3 +32,14 @@ def torch_dtype(dtype: Any) -> Any:
         return None
     name = _NAMES.get(f"{dtype.kind}{dtype.itemsize}")
     return getattr(torch, name, None) if name else None
+
+
+def carrier_dtype(tdtype: Any) -> Any:
+    """The torch dtype a gather of ``tdtype`` items runs in: the signed type of the same width for
+    torch's unsigned 16/32/64-bit types (which lack ``index_select``), else ``tdtype`` itself."""
+    import torch
+
+    for bits in (16, 32, 64):
+        if tdtype is not None and tdtype == getattr(torch, f"uint{bits}", None):
+            return getattr(torch, f"int{bits}")
+    return tdtype

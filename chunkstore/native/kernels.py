@@ -1,6 +1,6 @@
 """Building blocks of numba kernels, shared with other packages (the public face of :mod:`._kernels`).
 
-Kernels elsewhere (``sb3_integration._native_put``'s row writer) work on raw
+Kernels elsewhere (``sb3_integration.engine._native_put``'s row writer) work on raw
 addresses as the read path's do; they take these intrinsics from here, never from
 the private module:
 

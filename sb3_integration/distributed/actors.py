@@ -31,7 +31,7 @@ from chunkstore.codecs import TrainableCodec
 from sb3_integration.distributed.rate_limiter import RateLimiter
 from sb3_integration.distributed.shard_store import MissingMessagesError, ShardStore, StoreSpec
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, SampleReply
-from sb3_integration.stacking import StackLayout
+from sb3_integration.engine.stacking import StackLayout
 
 __all__ = ["NAMESPACE", "Coordinator", "ServiceConfig", "Shard"]
 

@@ -30,14 +30,14 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_integration.distributed import options, remote
-from sb3_integration.distributed.sampler import DistributedReplayBuffer
-from sb3_integration.distributed.service import ReplayService
-from sb3_integration.prioritized import (
+from sb3_integration.buffers.prioritized import (
     PrioritizedReplayBufferSamples,
     checked_update,
     importance_weights,
 )
+from sb3_integration.distributed import options, remote
+from sb3_integration.distributed.sampler import DistributedReplayBuffer
+from sb3_integration.distributed.service import ReplayService
 
 __all__ = ["PrioritizedDistributedReplayBuffer", "PriorityUpdates", "decode_indices", "encode_indices"]
 

@@ -52,7 +52,7 @@ from sb3_integration.distributed.actors import NAMESPACE, Coordinator, ServiceCo
 from sb3_integration.distributed.rate_limiter import LimiterClosed
 from sb3_integration.distributed.remote import ServiceUnavailableError, call, get
 from sb3_integration.distributed.shard_store import StoreSpec
-from sb3_integration.stacking import StackLayout
+from sb3_integration.engine.stacking import StackLayout
 
 __all__ = ["NAMESPACE", "ReplayService", "ServiceConfig", "ServiceUnavailableError"]
 
@@ -104,7 +104,7 @@ class ReplayService:
         """
         import ray
 
-        from sb3_integration._common import stack_axis_order
+        from sb3_integration.buffers.observations import stack_axis_order
 
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty str, got {name!r}")

@@ -18,7 +18,7 @@ import numpy as np
 
 from chunkstore import hdf5 as fmt
 from chunkstore.errors import FormatError
-from sb3_integration.stacking import StackLayout
+from sb3_integration.engine.stacking import StackLayout
 
 __all__ = ["SHARD_FORMAT", "SHARD_FORMAT_VERSION", "ShardCheckpoints"]
 

@@ -47,7 +47,7 @@ from sb3_integration.distributed.options import number
 from sb3_integration.distributed.shard_checkpoint import SHARD_FORMAT, ShardCheckpoints
 from sb3_integration.distributed.shard_priority import ShardPriorities
 from sb3_integration.distributed.wire import InsertMessage, SampleReply, row_dtype, unpack_rows
-from sb3_integration.stacking import StackLayout
+from sb3_integration.engine.stacking import StackLayout
 
 __all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "StoreSpec"]
 

@@ -27,11 +27,11 @@ import numpy as np
 
 from chunkstore import Codec
 from chunkstore.codecs import TrainableCodec
-from sb3_integration._common import coerce_obs
+from sb3_integration.buffers.observations import coerce_obs
 from sb3_integration.distributed import options, remote
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, pack_rows, row_dtype
-from sb3_integration.frames import NEXT, OBS, FrameStore
-from sb3_integration.stacking import StackLayout
+from sb3_integration.engine.frames import NEXT, OBS, FrameStore
+from sb3_integration.engine.stacking import StackLayout
 
 if TYPE_CHECKING:
     from sb3_integration.distributed.service import ReplayService

@@ -98,7 +98,7 @@ def test_every_kernel_of_the_package_is_guarded():
     from chunkstore.device import _run_kernels
     from chunkstore.native import _kernels
     from chunkstore.priority import _kernels as _priority_kernels
-    from sb3_integration import _native_frames, _native_put
+    from sb3_integration.engine import _native_frames, _native_put
 
     # every module of both packages that defines kernels (a new one must join this list)
     root = Path(__file__).resolve().parents[2]

@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sb3_integration import CompressedReplayBuffer
-from sb3_integration.sb3_ops import _lossless, _replay_checks, _replay_common, check_replay_add
+from sb3_integration.buffers.sb3_checks import (
+    _lossless,
+    _replay_checks,
+    _replay_common,
+    check_replay_add,
+)
 
 ACTION_SPACES = [spaces.Discrete(5), spaces.Box(-1, 1, (2,), np.float32), spaces.MultiDiscrete([3, 4])]
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sb3_integration._common import coerce_obs
+from sb3_integration.buffers.observations import coerce_obs
 from sb3_integration.errors import (
     ArgumentError,
     ArgumentKeyError,

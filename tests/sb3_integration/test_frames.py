@@ -10,7 +10,8 @@ from conftest import frame_stack_stream
 
 from chunkstore import array as chunk_array
 from chunkstore.casting import lossless_cast
-from sb3_integration._common import ObservationView, coerce_obs
+from sb3_integration.buffers.observations import coerce_obs
+from sb3_integration.buffers.views import ObservationView
 from sb3_integration.frames import DETECT_MAX_PUTS, FrameStore, StackLayout, detect_layout
 
 

@@ -1,4 +1,4 @@
-"""The frame store's native write path (sb3_integration._native_put) against its Python path.
+"""The frame store's native write path (sb3_integration.engine._native_put) against its Python path.
 
 Two stores get the same puts, one with the native layer and one with it disabled
 (``FrameStore._put`` env by env, the reference); after every step their

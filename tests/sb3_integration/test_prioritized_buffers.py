@@ -16,7 +16,7 @@ from sb3_integration import (
     CompressedPrioritizedNStepReplayBuffer,
     CompressedPrioritizedReplayBuffer,
 )
-from sb3_integration._prioritized_reads import read_samples
+from sb3_integration.buffers._prioritized_reads import read_samples
 
 OBS = spaces.Box(0, 255, (2, 4, 3), np.uint8)
 DICT_OBS = spaces.Dict({"image": spaces.Box(0, 255, (2, 3), np.uint8), "vec": spaces.Box(-1, 1, (3,), np.float32)})

@@ -12,7 +12,7 @@ from sb3_contrib import QRDQN
 from sb3_contrib.common.utils import quantile_huber_loss
 
 from sb3_integration import CompressedPrioritizedReplayBuffer, PrioritizedDQN, PrioritizedQRDQN
-from sb3_integration._per_learner import PrioritizedLearnerMixin
+from sb3_integration.algorithms._per_learner import PrioritizedLearnerMixin
 from sb3_integration.per_qrdqn import quantile_huber_per_sample
 
 KW = dict(learning_starts=100, batch_size=32, train_freq=4, target_update_interval=200,

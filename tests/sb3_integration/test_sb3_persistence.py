@@ -36,13 +36,13 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 from chunkstore import ChunkedArray, CorruptChunkError, FormatError, get_codec
 from chunkstore import hdf5 as fmt
 from sb3_integration import (
+    DEFAULT_COMPRESSION,
     CompressedDictReplayBuffer,
     CompressedNStepReplayBuffer,
     CompressedReplayBuffer,
     FrameStore,
     replay,
 )
-from sb3_integration._common import DEFAULT_COMPRESSION
 
 IMG = spaces.Box(0, 255, (4, 6, 5), np.uint8)
 DICT = spaces.Dict({"img": IMG, "vec": spaces.Box(-1, 1, (3,), np.float32)})

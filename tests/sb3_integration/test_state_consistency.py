@@ -24,7 +24,12 @@ from hypothesis import strategies as st
 
 from chunkstore import FormatError, hdf5
 from sb3_integration import CompressedDictReplayBuffer, CompressedReplayBuffer
-from sb3_integration.frame_state import FAR, _unused_above_oldest, check_own_state, check_streams
+from sb3_integration.engine.frame_state import (
+    FAR,
+    _unused_above_oldest,
+    check_own_state,
+    check_streams,
+)
 from sb3_integration.testing import stack_stream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,7 +229,7 @@ def test_unused_frames_are_counted_above_the_oldest_used_frame_only():
 
 
 def test_the_check_runs_in_blocks_of_rows_with_the_same_answers(monkeypatch):
-    from sb3_integration import frame_state
+    from sb3_integration.engine import frame_state
 
     buf = filled(3 * ROWS + 5, 2, "image", 3)
     fs = store_of(buf)

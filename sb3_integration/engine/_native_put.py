@@ -260,7 +260,7 @@ class RowWriter:
     """One frame store's side of :func:`put_pairs`: its fixed parameters and scratch, per layout.
 
     Built by the store when its layout is known; :meth:`store` is the store's fast path
-    (see :meth:`sb3_integration.frames.FrameStore.put_row`).
+    (see :meth:`sb3_integration.engine.frames.FrameStore.put_row`).
     """
 
     def __init__(self, layout: Any, obs_shape: tuple[int, ...], itemsize: int, n_envs: int, chunk_len: int,

@@ -1,6 +1,6 @@
 """The frame ids of a batch of stacks, in one numba call (see :meth:`FrameStore.frame_ids`).
 
-The numpy version in :mod:`sb3_integration.frames` takes ~15 small array operations
+The numpy version in :mod:`sb3_integration.engine.frames` takes ~15 small array operations
 (tens of microseconds for a batch of 32); this loop does the same arithmetic in
 ~1 us. It is used when the native read path is available; the results are
 identical (the read-path tests run both).

@@ -1,10 +1,10 @@
 """The frame store's write path: rows of stacks into streams of distinct frames.
 
-:class:`FrameWrites` is the part of :class:`~sb3_integration.frames.FrameStore` that
+:class:`FrameWrites` is the part of :class:`~sb3_integration.engine.frames.FrameStore` that
 writes (``put``, ``put_row``, ``release_before``, ``clear`` and the steps behind them);
-the module docstring of :mod:`sb3_integration.frames` describes the streams, the
+the module docstring of :mod:`sb3_integration.engine.frames` describes the streams, the
 descriptors and the ring it maintains. A row goes to the native writer
-(:mod:`sb3_integration._native_put`) when it can, in one call for every env and
+(:mod:`sb3_integration.engine._native_put`) when it can, in one call for every env and
 every kind of stack; the Python path here is the reference it matches and what it
 falls back to. Crash safety: streams are marked stale before they move, a stream's
 head moves last (frames past it are invisible), frees happen before ``released``
@@ -21,8 +21,8 @@ import numpy as np
 
 from chunkstore import ChunkedArray, native
 from chunkstore.device import DeviceArray
-from sb3_integration.frame_state import FAR, UNWRITTEN, WRAP
-from sb3_integration.stacking import StackLayout, detect_layout, is_zero, same
+from sb3_integration.engine.frame_state import FAR, UNWRITTEN, WRAP
+from sb3_integration.engine.stacking import StackLayout, detect_layout, is_zero, same
 
 __all__ = ["DETECT_MAX_PUTS", "FrameWrites"]
 
@@ -33,7 +33,7 @@ _GROWTH = 1.5
 
 
 class FrameWrites:
-    """The write path of :class:`~sb3_integration.frames.FrameStore` (a base class of it, never used alone)."""
+    """The write path of :class:`~sb3_integration.engine.frames.FrameStore` (a base class of it, never used alone)."""
 
     # installed in one step through __dict__ (see _blank, _streams): declared here for readers and mypy
     frames: ChunkedArray | DeviceArray | None
@@ -92,7 +92,7 @@ class FrameWrites:
     def put_row(self, row: int, stacks: Sequence[np.ndarray], attempt: Any = None) -> None:
         """Store ``stacks[w]`` at ``[w, row]`` for every kind ``w``, atomically for readers.
 
-        Every env and every kind in one native call when it can (:mod:`sb3_integration._native_put`).
+        Every env and every kind in one native call when it can (:mod:`sb3_integration.engine._native_put`).
 
         ``attempt`` is the owner's name for the write it is making (any value but None; the
         buffers pass their count of committed adds): the same for every try of one add, new
@@ -144,7 +144,7 @@ class FrameWrites:
         self.__dict__.update(heads=heads.copy(), has_last=np.zeros(self.n_envs, bool), pads=pads)
 
     def _put_native(self, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
-        """Store a row with one native call (:mod:`sb3_integration._native_put`); False if it cannot."""
+        """Store a row with one native call (:mod:`sb3_integration.engine._native_put`); False if it cannot."""
         writer = self._row_writer()
         return writer is not None and bool(writer.store(self, row, stacks, whiches))
 
@@ -324,7 +324,7 @@ class FrameWrites:
             self.__dict__.update(fresh)  # one step
 
 
-_WRITER: Any = None  # sb3_integration._native_put once imported
+_WRITER: Any = None  # sb3_integration.engine._native_put once imported
 
 
 def _native_writer() -> Any:
@@ -336,7 +336,7 @@ def _native_writer() -> Any:
         from chunkstore.native.guard import interrupts_deferred
 
         with interrupts_deferred():  # its kernels are guarded from here on (chunkstore.native.guard)
-            from sb3_integration import _native_put
+            from sb3_integration.engine import _native_put
 
         _WRITER = _native_put
     return _WRITER

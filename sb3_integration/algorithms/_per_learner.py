@@ -54,7 +54,7 @@ class PrioritizedLearnerMixin:
     def _setup_model(self) -> None:
         chosen = self.replay_buffer_class is None
         if chosen:
-            from sb3_integration.prioritized import (
+            from sb3_integration.buffers.prioritized import (
                 CompressedPrioritizedDictReplayBuffer,
                 CompressedPrioritizedNStepReplayBuffer,
                 CompressedPrioritizedReplayBuffer,

@@ -4,7 +4,7 @@
 same on :class:`~sb3_integration.CompressedDictReplayBuffer` and
 :class:`~sb3_integration.CompressedNStepReplayBuffer`) live on the buffers. A
 buffer says what it is as a :class:`ReplayState` (its arguments, position, SB3's
-small arrays, and a :class:`~sb3_integration.frames.FrameStoreState` per
+small arrays, and a :class:`~sb3_integration.engine.frames.FrameStoreState` per
 observation key); this module only writes and reads such states. The file is a
 :mod:`chunkstore.hdf5` file; nothing in it is pickled:
 
@@ -33,7 +33,7 @@ attrs (JSON)
 With plain zstd chunks (``zstd3``; also the default ``zstd3+dict`` until it has
 trained its dictionary, after 8 MiB of frames) plain ``h5py`` + ``hdf5plugin``
 read ``f["observations/frames"][a:b]``: the distinct frames, each env's ring in
-turn (see :mod:`sb3_integration.frames`). Chunks that need chunkstore (a trained
+turn (see :mod:`sb3_integration.engine.frames`). Chunks that need chunkstore (a trained
 dictionary, lz4, rle, blosc2) make plain h5py raise an error, never return garbage.
 
 Saving flushes the open chunks (the partial chunk each env is writing is
@@ -88,12 +88,12 @@ import numpy as np
 from chunkstore import ChunkedArray, ChunkstoreError, FormatError, Tier
 from chunkstore import hdf5 as fmt
 from chunkstore.array import ArraySnapshot
-from sb3_integration._load_checks import check_saved_buffer
-from sb3_integration.columns import SMALL_ARRAYS, Columns
-from sb3_integration.extra_buffers import extra_buffers_args_of
-from sb3_integration.frame_state import FAR, UNWRITTEN, FrameStoreState, check_own_state
-from sb3_integration.spaces import space_from_dict, space_to_dict
-from sb3_integration.stacking import StackLayout
+from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
+from sb3_integration.engine.frame_state import FAR, UNWRITTEN, FrameStoreState, check_own_state
+from sb3_integration.engine.stacking import StackLayout
+from sb3_integration.interop.extra_buffers import extra_buffers_args_of
+from sb3_integration.persistence._load_checks import check_saved_buffer
+from sb3_integration.persistence.spaces import space_from_dict, space_to_dict
 
 __all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayFiles", "ReplayState", "read_replay",
            "saved_state_problems", "write_replay"]
@@ -231,7 +231,7 @@ def saved_state_problems(path: str | os.PathLike[str]) -> list[str]:
 
     Reads no chunk: the sizes and ranges (:func:`check_saved_buffer`), then each frame
     store's state against the geometry it declares, consistency included
-    (:func:`~sb3_integration.frame_state.check_own_state`). ``chunkstore.hdf5.verify``
+    (:func:`~sb3_integration.engine.frame_state.check_own_state`). ``chunkstore.hdf5.verify``
     calls it for every saved replay buffer.
     """
     path = os.fspath(path)

@@ -1,0 +1,579 @@
+"""Drop-in compressed replay buffers for Stable-Baselines3.
+
+:class:`CompressedReplayBuffer`, :class:`CompressedDictReplayBuffer` and
+:class:`CompressedNStepReplayBuffer` subclass SB3's ``ReplayBuffer``,
+``DictReplayBuffer`` and ``NStepReplayBuffer`` with the same constructor
+arguments, plus keyword-only store options. Only the observation storage
+changes: observations live in :class:`~sb3_integration.engine.frames.FrameStore`
+objects (each distinct frame once, in compressed chunks), while actions,
+rewards, dones and timeouts stay SB3's own small numpy arrays.
+
+Sampling is SB3's own code: ``sample()`` and ``_get_samples()`` are inherited,
+so the random-number use and every computation (n-step returns, timeout
+masking, VecNormalize) are SB3's. ``observations`` / ``next_observations`` are
+:class:`~sb3_integration.buffers.views.ObservationView` objects that SB3's code
+indexes as it indexes its arrays; during ``_get_samples`` the first read of a
+key fetches every stack the batch needs (obs and next obs) in one pass over
+the chunks, and the later reads are served from that pass.
+
+With ``buffer_device`` (a torch device) the observation frames live in device memory
+and a sample stays there: the host computes which frames the batch needs from its
+index, the device decodes them and assembles ``obs`` and ``next_obs`` stacks
+(:mod:`sb3_integration.engine.device_stacks`), and ``to_torch`` hands those tensors over
+(moved only if ``device`` differs from ``buffer_device``). SB3's small arrays
+(actions, rewards, dones, timeouts) stay numpy arrays on the host and are copied to
+``device`` per sample, as SB3 copies them; ``heap_bytes`` caps the device bytes of
+the frames (older segments spill to host RAM). Reads outside a sample
+(``buffer.observations[...]``) return numpy copies, and so does a sample given a
+``VecNormalize`` env (its normalisation is numpy code).
+
+``optimize_memory_usage`` is accepted with SB3's checks and sampled exactly as
+SB3 samples it (``observations[pos]`` reads as the latest next observation),
+but saves nothing here: frame dedup already stores ``next_obs[t] == obs[t+1]``
+once, and keeps the terminal observations that ``optimize_memory_usage`` loses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import (
+    BaseBuffer,
+    DictReplayBuffer,
+    NStepReplayBuffer,
+    ReplayBuffer,
+)
+from stable_baselines3.common.vec_env import VecNormalize
+
+from chunkstore import Codec, LRUChunkCache, Tier, get_codec
+from sb3_integration.buffers._closing import ClosableBuffer
+from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
+from sb3_integration.buffers.observations import stack_axis_order, subspaces
+from sb3_integration.buffers.options import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_CHUNK_LEN,
+    DEFAULT_COMPRESSION,
+    StoreOptions,
+    device_budget,
+)
+from sb3_integration.buffers.sb3_checks import check_replay_add, like_sb3, replay_constructor_checks
+from sb3_integration.buffers.views import ObservationView, same_rows
+from sb3_integration.engine.device_stacks import check_not_meta, to_host
+from sb3_integration.engine.frames import NEXT, OBS, FrameStore
+from sb3_integration.engine.packing import pack_array, unpack_array
+from sb3_integration.interop.extra_buffers import (
+    convert_samples,
+    describe,
+    parse_extra_buffers_args,
+)
+from sb3_integration.interop.sources import convert_into
+from sb3_integration.persistence.files import ReplayFiles
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_CHUNK_LEN",
+    "DEFAULT_COMPRESSION",
+    "CompressedDictReplayBuffer",
+    "CompressedNStepReplayBuffer",
+    "CompressedReplayBuffer",
+]
+
+_SMALL_ARRAYS = SMALL_ARRAYS
+#: ``small_arrays="auto"`` compresses SB3's small arrays from this many transitions on: below
+#: it they are a few MB, and reading them raw keeps a sample cheaper
+COMPRESS_SMALL_FROM = 1_000_000
+B = TypeVar("B", bound="_CompressedReplayMixin")
+#: attributes set by sb3-extra-buffers' arguments that 0.1.0 pickles of n-step and HER buffers lack
+_LEGACY_DEFAULTS = {"normalize_images": False, "output_dtype": None}
+
+
+class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
+    """Observation storage shared by the replay buffers (put before the SB3 class).
+
+    ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence.files`.
+    """
+
+    buffer_size: int
+    n_envs: int
+    pos: int
+    full: bool
+    output_dtype: Any  # the sb3-extra-buffers option (None: the space's dtype)
+    normalize_images: bool
+    optimize_memory_usage: bool
+    handle_timeout_termination: bool
+    observation_space: Any  # a Box or a Dict space (SB3's classes narrow it each their way)
+    # views that read from the frame stores (a dict of them for a Dict space), where SB3 has arrays
+    observations: Any
+    next_observations: Any
+    action_space: spaces.Space
+    action_dim: int
+    device: th.device
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    timeouts: np.ndarray
+
+    # -- construction ----------------------------------------------------------------
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        dtypes: Any = None,
+        normalize_images: bool = False,
+        compression_method: str | Codec | None = None,
+        compression_kwargs: dict[str, Any] | None = None,
+        decompression_kwargs: dict[str, Any] | None = None,
+        output_dtype: str = "raw",
+        **store_options: Any,
+    ) -> None:
+        """SB3's arguments, then sb3-extra-buffers' (in its positional order), then store options.
+
+        The one constructor of every compressed replay buffer: the SB3 class's own
+        checks (:data:`_SB3_CHECKS`) run here, after ``BaseBuffer.__init__``, as
+        SB3's constructors run them; SB3's full-size arrays are checked (the errors
+        their shapes raise), not allocated.
+        """
+        extra = parse_extra_buffers_args(
+            observation_space, dtypes=dtypes, normalize_images=normalize_images,
+            compression_method=compression_method, compression_kwargs=compression_kwargs,
+            decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
+        options, frame_dedup, small_arrays = StoreOptions.from_kwargs(extra.compression_method, store_options,
+                                                                      owner=type(self).__name__)
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
+        for check in replay_constructor_checks(type(self)):
+            check(self, optimize_memory_usage, handle_timeout_termination)
+        self.buffer_size = max(buffer_size // n_envs, 1)
+        self.optimize_memory_usage = optimize_memory_usage
+        describe(self, extra, observation_space)
+        self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
+                           frame_dedup=frame_dedup, small_arrays=small_arrays)
+
+    @classmethod
+    def from_sb3_extra_buffers(cls: type[B], source: Any, **kwargs: Any) -> B:
+        """This class, filled from an sb3-extra-buffers or SB3 replay buffer or its pickle.
+
+        See :func:`sb3_integration.interop.convert.from_sb3_extra_buffers` (``buffer_class=cls``).
+        """
+        return convert_into(source, cls, **kwargs)  # type: ignore[no-any-return]
+
+    def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
+                      frame_dedup: bool, small_arrays: str = "auto") -> None:
+        self.handle_timeout_termination = handle_timeout_termination
+        if small_arrays not in ("auto", "raw", "compressed"):
+            raise ValueError(f"small_arrays must be 'auto', 'raw' or 'compressed', got {small_arrays!r}")
+        if small_arrays == "auto":
+            small_arrays = "compressed" if self.buffer_size * self.n_envs >= COMPRESS_SMALL_FROM else "raw"
+        self.small_arrays = small_arrays
+        self._columns: Columns | None = None
+        self._init_small_arrays()
+
+        self._lock = threading.RLock()  # add/reset/extend and a state capture exclude each other
+        self.store_options = options
+        self.compression_method = get_codec(options.compression_method).name
+        self.chunk_len = options.chunk_len
+        self.frame_dedup = bool(frame_dedup)
+        self._cache_bytes = options.cache_bytes
+        cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
+        budget, on_device = device_budget(options), self._device_keys()
+        self._stores = {
+            key: FrameStore(
+                self._key_shape(key), sub.dtype, self.buffer_size, self.n_envs,
+                stacks_per_row=2, chunk_len=options.chunk_len, codec=options.compression_method,
+                tier=options.tier, cache=cache, threads=options.threads, dedup=self.frame_dedup,
+                axis_order=stack_axis_order(sub),
+                name="observations" if key is None else f"observations[{key}]",
+                device=options.buffer_device if key in on_device else None, device_budget=budget,
+            )
+            for key, sub in subspaces(self.observation_space).items()
+        }
+        self.buffer_device = options.buffer_device
+        self._plan: list[tuple[int, np.ndarray]] | None = None
+        self._memo: dict[Any, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self._owned: dict[int, np.ndarray] = {}  # batch arrays made in this call (kept alive: ids stay unique)
+        self._make_views()
+
+    def _device_keys(self) -> set[Any]:
+        """Observation keys whose frames go to ``buffer_device`` (all of them; HER keeps its goals on the host)."""
+        return set(subspaces(self.observation_space))
+
+    def _small_fields(self) -> dict[str, tuple[Any, tuple[int, ...]]]:
+        """SB3's small arrays: dtype and shape after ``(buffer_size, n_envs)``."""
+        action = ReplayBuffer._maybe_cast_dtype(self.action_space.dtype)
+        return {"actions": (action, (self.action_dim,)), "rewards": (np.float32, ()),
+                "dones": (np.float32, ()), "timeouts": (np.float32, ())}
+
+    def _init_small_arrays(self, records: Any = None) -> None:
+        if self.small_arrays == "compressed":
+            self._columns = Columns(self.buffer_size, self.n_envs, self._small_fields(), records=records)
+            for name, view in self._columns.views().items():
+                setattr(self, name, view)
+        else:
+            for name, (dtype, shape) in self._small_fields().items():
+                setattr(self, name, np.zeros((self.buffer_size, self.n_envs, *shape), dtype=dtype))
+
+    def _key_shape(self, key: Any) -> tuple[int, ...]:
+        shape = self.obs_shape if key is None else self.obs_shape[key]  # type: ignore[attr-defined]
+        return tuple(shape)
+
+    def _make_views(self) -> None:
+        views = {
+            which: {
+                key: ObservationView(
+                    partial(self._read, key, which),
+                    (self.buffer_size, self.n_envs, *self._key_shape(key)),
+                    store.dtype,
+                    name=("observations" if which == OBS else "next_observations") + ("" if key is None else f"[{key}]"),
+                )
+                for key, store in self._stores.items()
+            }
+            for which in (OBS, NEXT)
+        }
+        if None in self._stores:
+            self.observations, self.next_observations = views[OBS][None], views[NEXT][None]
+        else:
+            self.observations, self.next_observations = views[OBS], views[NEXT]
+
+    # -- writing ---------------------------------------------------------------------------
+    def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
+            infos: list[dict[str, Any]]) -> None:
+        """SB3's ``add``: SB3's errors where SB3 fails (nothing written), DataLossError for lossy input.
+
+        See :mod:`sb3_integration.buffers.sb3_checks` (SB3's operations on scratch rows, first).
+        """
+        obs_in, next_in, small = check_replay_add(self, obs, next_obs, action, reward, done, infos)
+        with self._lock:
+            # an interrupt anywhere below leaves only row pos torn (pos has not moved), and the
+            # next add rewrites it: the frame stores keep every other row intact
+            pos = self.pos
+            attempt = self.__dict__.get("_commits", 0)  # this add's name for the frame stores
+            try:
+                if self.full and pos % self.chunk_len == 0:  # frees whole chunks: once per chunk of rows
+                    for store in self._stores.values():
+                        store.release_before((pos + 1) % self.buffer_size)
+                for key, store in self._stores.items():
+                    store.put_row(pos, (obs_in[key], next_in[key]), attempt=attempt)
+                if self._columns is not None:
+                    self._columns.write_row(pos, dict(zip(_SMALL_ARRAYS, small, strict=False)))
+                else:  # SB3's arrays, written as SB3 writes them (timeouts only when handled)
+                    self.actions[pos], self.rewards[pos], self.dones[pos] = small[0], small[1], small[2]
+                    if len(small) > 3:
+                        self.timeouts[pos] = small[3]
+                self._advance(pos)
+            except BaseException:
+                # not committed: the try's frames leave the streams now (and, should a second
+                # interrupt cut this short, at the retry, which comes with the same attempt)
+                if self.__dict__.get("_commits", 0) == attempt:
+                    for store in self._stores.values():
+                        store.abandon(attempt)
+                raise
+
+    def _advance(self, pos: int) -> None:
+        """Row ``pos`` is written: move on, ``pos``, ``full`` and the count of adds in one step (the commit)."""
+        wrap = pos + 1 == self.buffer_size
+        self.__dict__.update(pos=0 if wrap else pos + 1, full=self.full or wrap,
+                             _commits=self.__dict__.get("_commits", 0) + 1)
+
+    def reset(self) -> None:
+        with self._lock:
+            super().reset()  # type: ignore[misc]
+            for store in self._stores.values():
+                store.clear()
+            if self._columns is not None:
+                self._columns.clear()
+
+    @property
+    def frame_stores(self) -> dict[Any, FrameStore]:
+        """The frame store of each observation key (None for a non-Dict space)."""
+        return dict(self._stores)
+
+    def close(self) -> None:
+        """Give the storage back now: every frame store's (and their tiers), the small arrays',
+        and a tier instance given to the constructor. The buffer cannot be used afterwards."""
+        with self._lock:
+            for store in self._stores.values():
+                store.close()
+            if self._columns is not None:
+                self._columns.close()
+            tier = self.store_options.tier
+            if isinstance(tier, Tier):  # given to this buffer: it holds this buffer's chunks
+                tier.close()
+
+    # -- reading ---------------------------------------------------------------------------
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
+        """SB3's ``sample``; from an empty buffer, SB3's error (numpy's ``high <= 0``) says why too."""
+        if self.size():  # type: ignore[attr-defined]
+            return super().sample(batch_size, env=env)  # type: ignore[misc]
+        return like_sb3(lambda: super(_CompressedReplayMixin, self).sample(batch_size, env=env),  # type: ignore[misc]
+                        "sample() from an empty buffer: add transitions first", argument=False)
+
+    def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """The (which, rows) reads SB3's ``_get_samples`` will make for ``batch_inds``."""
+        if self.optimize_memory_usage:
+            return [(OBS, batch_inds), (OBS, (batch_inds + 1) % self.buffer_size)]
+        return [(OBS, batch_inds), (NEXT, batch_inds)]
+
+    def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> Any:
+        return self._batch(batch_inds, lambda: super(_CompressedReplayMixin, self)._get_samples(  # type: ignore[misc]
+            batch_inds, env=env))
+
+    def _batch(self, batch_inds: np.ndarray, read: Callable[[], Any]) -> Any:
+        """``read()`` (SB3's reads of the rows ``batch_inds``) with every stack fetched in one pass per key."""
+        self._plan = self._sample_plan(np.asarray(batch_inds))
+        self._memo, self._owned = {}, {}
+        if self._columns is not None:
+            self._columns.begin_batch()
+        try:
+            samples = read()
+        finally:
+            self._plan, self._memo, self._owned = None, {}, {}
+            if self._columns is not None:
+                self._columns.end_batch()
+        return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
+
+    def _remap(self, which: int, rows: np.ndarray) -> tuple[Any, np.ndarray]:
+        """SB3 with ``optimize_memory_usage`` holds the latest next obs in ``observations[pos]``."""
+        if not self.optimize_memory_usage or which != OBS or (self.pos == 0 and not self.full):
+            return which, rows
+        hit = rows == self.pos
+        if not hit.any():
+            return which, rows
+        return hit.astype(np.intp), np.where(hit, (self.pos - 1) % self.buffer_size, rows)
+
+    def _read(self, key: Any, which: int, rows: np.ndarray, envs: np.ndarray) -> Any:
+        store = self._stores[key]
+        if self._plan is None:  # not a sample: numpy, as SB3's arrays (a copy from the device)
+            return to_host(store.gather([self._remap(which, rows)], envs)[0])
+        memo = self._memo.get(key)
+        if memo is None:  # first read of this key in this batch: fetch the whole plan with it
+            reqs = [(which, rows)] + [(w, r) for w, r in self._plan
+                                      if not (w == which and same_rows(r, rows))]
+            outs = store.gather([self._remap(w, r) for w, r in reqs], envs)
+            self._memo[key] = [(w, r, envs, o) for (w, r), o in zip(reqs[1:], outs[1:], strict=True)]
+            self._owned.update((id(o), o) for o in outs)
+            return outs[0]
+        for i, (w, r, e, o) in enumerate(memo):
+            if w == which and same_rows(r, rows) and same_rows(e, envs):
+                del memo[i]
+                return o
+        out = store.gather([self._remap(which, rows)], envs)[0]
+        self._owned[id(out)] = out
+        return out
+
+    def to_torch(self, array: np.ndarray, copy: bool = True) -> th.Tensor:
+        # a batch array (or device tensor) this buffer just made for this call is handed over without a
+        # second copy: a tensor already on ``device`` as it is
+        if self._owned.pop(id(array), None) is array:
+            check_not_meta(array, self.device, f"return samples on {self.device}")
+            return th.as_tensor(array, device=self.device)
+        return super().to_torch(array, copy=copy)  # type: ignore[misc]
+
+    def _normalize_obs(self, obs: Any, env: VecNormalize | None = None) -> Any:
+        # VecNormalize normalises numpy arrays: a sample with one reads device observations back
+        if env is not None:
+            obs = {k: to_host(v) for k, v in obs.items()} if isinstance(obs, dict) else to_host(obs)
+        return ReplayBuffer._normalize_obs(obs, env)
+
+    # -- sizes -----------------------------------------------------------------------------
+    @property
+    def nbytes_stored(self) -> int:
+        """Bytes holding the observations: compressed frames, open chunks, chunk tables, descriptors."""
+        return sum(s.nbytes_stored for s in self._stores.values())
+
+    @property
+    def device_nbytes(self) -> int:
+        """Bytes of ``buffer_device`` memory holding observation frames (0 with host frames)."""
+        return sum(s.device_nbytes for s in self._stores.values())
+
+    @property
+    def nbytes_raw(self) -> int:
+        """Bytes SB3's buffer with the same arguments holds for observations (and next observations)."""
+        per_row = sum(math.prod(s.obs_shape) * s.dtype.itemsize for s in self._stores.values())
+        return per_row * self.buffer_size * self.n_envs * (1 if self.optimize_memory_usage else 2)
+
+    @property
+    def small_nbytes(self) -> int:
+        """Bytes holding SB3's small arrays (actions, rewards, dones, timeouts)."""
+        if self._columns is not None:
+            return self._columns.nbytes
+        return sum(getattr(self, n).nbytes for n in _SMALL_ARRAYS)
+
+    @property
+    def nbytes_held(self) -> int:
+        """Every byte of memory the buffer's storage holds: the observations' (each frame store's
+        :meth:`~sb3_integration.engine.frames.FrameStore.held_info`: tiers with their slack, open and
+        spare chunks, tables, index, output blocks) and the small arrays' (with their slack)."""
+        small = self._columns.nbytes_held if self._columns is not None else self.small_nbytes
+        return sum(s.nbytes_held for s in self._stores.values()) + small
+
+    def storage_info(self) -> dict[str, Any]:
+        """Per observation key (``"observations"`` for a non-Dict space): layout, bytes, codec.
+
+        ``_totals`` adds ``nbytes_held``: what the buffer's storage costs the process (see
+        :attr:`nbytes_held`); ``nbytes_stored`` counts encoded chunks, open chunks, tables and
+        index only.
+        """
+        info = {("observations" if k is None else k): s.info() for k, s in self._stores.items()}
+        info["_totals"] = {
+            "nbytes_stored": self.nbytes_stored,
+            "device_nbytes": self.device_nbytes,
+            "nbytes_held": self.nbytes_held,
+            "nbytes_raw": self.nbytes_raw,
+            "other_arrays_nbytes": self.small_nbytes,
+            "transitions": self.size() * self.n_envs,  # type: ignore[attr-defined]
+        }
+        return info
+
+    # -- pickling: one moment of the buffer, through the frame stores' state ------------------
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:  # the writer is held out while the moment is captured
+            state = self.__dict__.copy()
+            for name in ("observations", "next_observations", "_plan", "_memo", "_owned", "_lock", "_add_signature"):
+                state.pop(name, None)
+            # a pickled buffer loads into RAM: no tier, which may hold locks, open files or a
+            # lambda, goes into the pickle
+            state["store_options"] = dataclasses.replace(self.store_options, tier=None)
+            state["_stores"] = {key: fs.__getstate__() for key, fs in self._stores.items()}
+            if self._columns is not None:
+                state["_columns"] = self._columns.__getstate__()
+                for name in _SMALL_ARRAYS:
+                    state.pop(name, None)  # views: rebuilt from the columns
+            else:
+                for name in _SMALL_ARRAYS:
+                    state[name] = pack_array(state[name])
+            for name, value in state.items():  # a subclass's arrays (HER's episode bookkeeping)
+                if isinstance(value, np.ndarray):
+                    state[name] = value.copy()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, default in _LEGACY_DEFAULTS.items():  # pickles of 0.1.0's internal classes lack them
+            state.setdefault(name, default)
+        _check_position(state)
+        stores = state["_stores"]
+        for key, fs in list(stores.items()):
+            if isinstance(fs, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
+                stores[key] = FrameStore.__new__(FrameStore)
+                stores[key].__setstate__(fs)
+        columns = state.get("_columns")
+        if isinstance(columns, dict):
+            state["_columns"] = Columns.__new__(Columns)
+            state["_columns"].__setstate__(columns)
+        elif columns is None:
+            for name in _SMALL_ARRAYS:
+                state[name] = unpack_array(state[name])
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+        if self._columns is not None:
+            for name, view in self._columns.views().items():
+                setattr(self, name, view)
+        cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
+        for store in self._stores.values():
+            store.share_cache(cache)
+        # where the frames are now (a pickle from a CUDA machine loads into host memory without CUDA)
+        self.buffer_device = next((fs.device for fs in self._stores.values() if fs.device is not None), None)
+        self.store_options = dataclasses.replace(self.store_options, buffer_device=self.buffer_device)
+        self._plan, self._memo, self._owned = None, {}, {}
+        self._make_views()
+
+
+def _check_position(state: dict[str, Any]) -> None:
+    """A pickled buffer's ``pos`` and ``full`` in range (ValueError), before anything is rebuilt."""
+    size, pos, full = state.get("buffer_size"), state.get("pos"), state.get("full")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"this pickled buffer is damaged: buffer_size is {size!r}")
+    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos < size:
+        raise ValueError(f"this pickled buffer is damaged: pos is {pos!r}, outside 0..{size - 1}")
+    if not isinstance(full, (bool, np.bool_)):
+        raise ValueError(f"this pickled buffer is damaged: full is {full!r}, not True or False")
+
+
+# -- the buffers ---------------------------------------------------------------------------
+class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
+    """SB3's ``ReplayBuffer`` with observations in compressed chunks, each distinct frame once.
+
+    Parameters
+    ----------
+    buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage, handle_timeout_termination
+        As in SB3's ``ReplayBuffer`` (same checks, same errors).
+    dtypes, normalize_images, compression_method, compression_kwargs, decompression_kwargs, output_dtype
+        sb3-extra-buffers' arguments, in its positional order (see
+        :mod:`sb3_integration.interop.extra_buffers`). ``compression_method`` is a codec name in
+        its grammar (``"zstd3"``, ``"lz4-block"``, ``"zstd-1"`` is zstd level -1, ...) or a
+        :class:`~chunkstore.Codec` (default: the preset's, ``"zstd3+dict"``); ``dtypes`` is
+        informational (observations are always stored losslessly in the space's dtype).
+    **store_options
+        Keyword-only (:class:`~sb3_integration.buffers.options.StoreOptions`): ``preset``
+        (``"fast"``, the default: chunk_len 4, ``zstd3+dict``; or ``"compact"``: chunk_len 32,
+        smaller and slower to sample; explicit arguments win), ``chunk_len`` (frames per
+        chunk), ``cache_bytes`` (decoded-chunk cache shared by all keys; 0: none), ``tier``
+        (where chunks live: a :class:`~chunkstore.Tier`, a factory returning one, or None for
+        RAM; a pickled buffer loads into RAM), ``frame_dedup`` (False stores every observation
+        whole), ``threads`` (threads sharing the chunks of one sample; default
+        ``chunkstore.array.DEFAULT_THREADS``), ``small_arrays`` (``"raw"``: SB3's arrays,
+        ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on),
+        ``buffer_device`` (None, the default: frames in host memory; a torch device such as
+        ``"cuda"``: frames stored, decoded and stacked there, samples never leave it; see the
+        module docstring) and ``heap_bytes`` (with ``buffer_device``: the most device bytes of
+        frame records, shared by all keys; default half a CUDA device's free memory, no limit
+        elsewhere; past it the oldest segments move to host RAM and are still read).
+
+    Examples
+    --------
+    >>> from stable_baselines3 import DQN
+    >>> model = DQN("CnnPolicy", env, replay_buffer_class=CompressedReplayBuffer,
+    ...             replay_buffer_kwargs={"compression_method": "zstd3"})  # doctest: +SKIP
+    >>> from gymnasium import spaces
+    >>> buf = CompressedReplayBuffer(1000, spaces.Box(0, 255, (4, 84, 84), np.uint8),
+    ...                              spaces.Discrete(6), "cpu", compression_method="zstd-3")
+    >>> buf.compression_method, int(buf.flatten_len), buf.normalize_images
+    ('zstd/-3', 28224, False)
+    """
+
+
+class CompressedDictReplayBuffer(_CompressedReplayMixin, DictReplayBuffer):
+    """SB3's ``DictReplayBuffer``, compressed: one frame store per key (arguments as :class:`CompressedReplayBuffer`).
+
+    Examples
+    --------
+    >>> from gymnasium import spaces
+    >>> space = spaces.Dict({"image": spaces.Box(0, 255, (2, 2), np.uint8),
+    ...                      "vector": spaces.Box(0, 255, (3,), np.uint8)})
+    >>> buf = CompressedDictReplayBuffer(6, space, spaces.Discrete(2), "cpu", n_envs=2,
+    ...                                  compression_method="rle")
+    >>> int(buf.flatten_configs["image"]["shape"])
+    4
+    """
+
+
+class CompressedNStepReplayBuffer(_CompressedReplayMixin, NStepReplayBuffer):
+    """SB3's ``NStepReplayBuffer`` (n-step returns at sampling time), compressed.
+
+    ``n_steps`` and ``gamma`` are keyword-only, as in SB3; sb3-extra-buffers' arguments
+    and the store options are keywords here (see :class:`CompressedReplayBuffer`).
+    """
+
+    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                 device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
+                 handle_timeout_termination: bool = True, *, n_steps: int = 3, gamma: float = 0.99,
+                 **options: Any) -> None:
+        self.n_steps = n_steps
+        self.gamma = gamma
+        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+                         handle_timeout_termination, **options)
+
+    def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        # the next-obs rows depend on dones; SB3 reads them first, and the obs rows ride along
+        return [(OBS, batch_inds)]
