@@ -206,13 +206,16 @@ _TRACED = tuple(str(Path(m.__file__).resolve().parent) for m in
 def _with_line(filename: str, lineno: int) -> bool:
     import linecache
 
-    return linecache.getline(filename, lineno).lstrip().startswith(("with ", "async with "))
+    return linecache.getline(filename, lineno).lstrip().startswith(("with ", "async with ", "try:"))
 
 
 def _is_with(frame) -> bool:
     """A line event on a ``with`` statement: the tracer sees one as the block is left, before
     ``__exit__`` runs, where no signal can land (CPython checks for signals only after the
-    ``__exit__`` call); an exception there would skip the exit as no Ctrl-C can."""
+    ``__exit__`` call); an exception there would skip the exit as no Ctrl-C can. Likewise a
+    ``try:`` line: its NOP is where no signal is checked, and CPython 3.11's exception table
+    leaves a nested ``try:``'s NOP outside the enclosing ``try``, so an exception raised there
+    skips the enclosing ``finally`` as no Ctrl-C can."""
     return _with_line(frame.f_code.co_filename, frame.f_lineno)
 
 

@@ -9,7 +9,8 @@ so the bytes go to the file we created even if its name is swapped meanwhile.
 A save killed with SIGKILL leaves its temporary behind. The next save to the same
 path removes the temporaries that are clearly ours and dead: the name pattern
 (this format's, or format 1's ``<name>.tmp-<pid>``), a regular file (never a
-symlink) owned by this user, empty or starting with the HDF5 signature, whose
+symlink) owned by this user, empty, starting with the HDF5 signature or with zeros
+(space reserved before HDF5 wrote: :mod:`chunkstore.hdf5._reserve`), whose
 writer process no longer exists and which has not been written to for a minute,
 or which has not been written to for a day (its pid may have been reused).
 
@@ -30,6 +31,7 @@ import secrets
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 
 __all__ = ["create_temporary", "remove_stale_temporaries", "still_ours", "temporary", "writable_name"]
@@ -63,23 +65,29 @@ def temporary(path: str) -> Iterator[tuple[str, int]]:
     makes it the target's, which is then left alone).
     """
     directory, base = os.path.split(os.path.abspath(path))
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(8)}{SUFFIX}")
-        with _ACTIVE_LOCK:
-            _ACTIVE.add(tmp)
-        try:
-            # a FileIO closes its descriptor when dropped, wherever an interrupt lands
-            f = open(tmp, "w+b", buffering=0, opener=_excl_opener)  # noqa: SIM115 - closed below
-        except FileExistsError:
-            _forget(tmp)
-            continue
-        except BaseException:
-            _forget(tmp)
-            raise
-        break
-    else:
-        raise FileExistsError(f"could not create a temporary file next to {path}")
+    tmp: str | None = None
+    f = None
+    # one try around everything after the first registration: an interrupt between the file's
+    # creation and the block (even on the loop's last line) still unregisters it, so the next
+    # save removes what is left (a registered temporary is never removed)
     try:
+        for _ in range(100):
+            tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(8)}{SUFFIX}")
+            with _ACTIVE_LOCK:
+                _ACTIVE.add(tmp)
+            try:
+                # a FileIO closes its descriptor when dropped, wherever an interrupt lands
+                f = open(tmp, "w+b", buffering=0, opener=_excl_opener)  # noqa: SIM115 - closed below
+            except FileExistsError:
+                _forget(tmp)
+                continue
+            break
+        else:
+            raise FileExistsError(f"could not create a temporary file next to {path}")
+        # and once the file object is gone, whatever happened to this generator (an interrupt just
+        # after __enter__ got the file leaves the generator suspended, never resumed: no finally)
+        weakref.finalize(f, _forget, tmp)
+        assert f is not None and tmp is not None
         try:
             yield tmp, f.fileno()
         except BaseException:
@@ -87,10 +95,11 @@ def temporary(path: str) -> Iterator[tuple[str, int]]:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             raise
-        finally:
-            f.close()
     finally:
-        _forget(tmp)
+        if f is not None:
+            f.close()
+        if tmp is not None:
+            _forget(tmp)
 
 
 def _forget(tmp: str) -> None:
@@ -194,7 +203,8 @@ def _looks_like_ours(full: str) -> bool:
         return False
     finally:
         os.close(fd)
-    return head in (b"", _HDF5_SIGNATURE)
+    # empty, HDF5's signature, or zeros: a save's space reserved before HDF5 wrote anything
+    return head in (b"", _HDF5_SIGNATURE, bytes(len(_HDF5_SIGNATURE)))
 
 
 def _alive(pid: int) -> bool:
