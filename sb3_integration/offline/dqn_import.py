@@ -185,7 +185,7 @@ def _import_one(c: Checkpoint, part: str, shared: Codec | None, codec: str | Cod
     with NpyStream(c.path("observation")) as s, tqdm(
             total=rows, desc=f"frames of checkpoint {c.suffix}", unit="frame", leave=False,
             disable=not progress) as bar:
-        for start, part_rows in s.blocks(block, stop=rows):
+        for start, part_rows in s.prefetched_blocks(block, stop=rows):
             if frames is None:
                 shared = shared if shared is not None else _choose_codec(codec, part_rows, chunk_len)
                 frames = ChunkedArray(padded, c.observation_shape, c.observation_dtype,
