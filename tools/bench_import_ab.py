@@ -131,7 +131,13 @@ def main() -> None:
         ratios = {t: [a / b for a, b in zip(by_tree[t], by_tree[trees[0]], strict=True)] for t in trees[1:]}
         summary[label] = {"median_rows_per_s": {t: statistics.median(v) for t, v in by_tree.items()},
                           "median_ratio_to_baseline": {t: statistics.median(v) for t, v in ratios.items()}}
-    res = {"trees": trees, "capacity": args.capacity, "copies": args.copies, "real_steps_cycled": args.steps,
+    commits = {}
+    for t in trees:  # what each checkout held (a dirty tree is marked)
+        head = subprocess.run(["git", "-C", t, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", t, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        commits[t] = head + (" (modified)" if dirty else "")
+    res = {"trees": trees, "commits": commits, "capacity": args.capacity, "copies": args.copies, "real_steps_cycled": args.steps,
            "policy": "uniformly random", "made": made, "summary": summary, "runs": runs,
            "loadavg_1m": [x["loadavg_1m"] for x in runs]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
