@@ -272,6 +272,8 @@ class SegmentedTier(Tier):
         sizes = np.asarray(sizes, np.int64).reshape(-1)
         if self._closed:
             raise ValueError(f"put on a closed {self.kind} tier")
+        if sizes.size and sizes.min() < 0:
+            raise ValueError(f"put_many: sizes must be >= 0, got {int(sizes.min())}")
         if sizes.size and not sizes.all():  # a zero-byte chunk still takes one byte: one by one
             return super().put_many(src, sizes)
         ends = np.cumsum(sizes)

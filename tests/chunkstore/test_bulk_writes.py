@@ -123,6 +123,8 @@ def test_put_many_edge_cases():
     assert [bytes(tier.get(tuple(r))) for r in refs.T.tolist()] == [b"ab", b"", b"cd"]
     with pytest.raises(ValueError, match="sizes sum to 5"):
         tier.put_many(b"abcd", [2, 3])
+    with pytest.raises(ValueError, match="sizes must be >= 0"):
+        tier.put_many(b"abcd", [6, -2])
     tier.close()
     with pytest.raises(ValueError, match="closed"):
         tier.put_many(b"ab", [2])
