@@ -33,6 +33,9 @@ MAX_SPARE = 2
 #: a write covering at least this many whole chunks takes the bulk path (one encode_many, one
 #: put_many, one table step for them all); fewer go chunk by chunk
 BULK_MIN_CHUNKS = 2
+#: raw bytes of the chunks one bulk step encodes at most: a longer run takes several steps, so a
+#: broadcast or strided value (``arr[:] = 0``) is never made contiguous all at once
+BULK_MAX_BYTES = 64 << 20
 
 
 class WritePath(WriteFrontEnd, ArrayFields):
@@ -239,6 +242,7 @@ class WritePath(WriteFrontEnd, ArrayFields):
                 i += 1
                 continue
             j = i + 1 + int(np.argmax(is_open[i + 1:])) if is_open[i + 1:].any() else n
+            j = min(j, i + max(1, BULK_MAX_BYTES // max(1, L * self._item_nbytes)))
             if _training.wants_training(self.codec):
                 # only as many chunks as one by one would seal before training: the rest waits
                 # for the trained codec (an overwrite adds no raw bytes, so this is a lower bound)

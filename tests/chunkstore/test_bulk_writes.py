@@ -175,6 +175,29 @@ def test_a_bulk_write_equals_the_rows_written_one_by_one(codec, dtype, shape, ch
     assert _same(ChunkedArray.from_state(bulk.state_dict())[:], model)
 
 
+@pytest.mark.parametrize("value", ["broadcast", "strided", "rows"])
+def test_a_long_run_is_written_in_bounded_steps(value):
+    from chunkstore.array import _write
+
+    rng = np.random.default_rng(6)
+    rows = _items(rng, 200, (10, 6), np.dtype("<i2"))
+    src = {"broadcast": np.broadcast_to(rows[7], rows.shape), "strided": np.repeat(rows, 2, axis=0)[::2],
+           "rows": rows}[value]
+    bulk, single = (ChunkedArray(203, (10, 6), "<i2", chunk_len=3, codec="zstd3") for _ in range(2))
+    steps = []
+    install = bulk._install_many
+    with mock.patch.object(_write, "BULK_MAX_BYTES", 5 * 3 * 120), \
+         mock.patch.object(bulk, "_install_many", lambda c, r: (steps.append(len(c)), install(c, r))):
+        bulk[1:201] = src
+    for k in range(200):
+        single[1 + k] = src[k]
+    assert steps == [5] * 13  # 66 whole chunks, 5 chunks' bytes a step (the 66th alone: a single seal)
+    assert _same(bulk[:], single[:])
+    bulk.flush()
+    single.flush()
+    assert _chunk_bytes(bulk) == _chunk_bytes(single)
+
+
 @pytest.mark.parametrize("tier", ["memory", "disk", "hybrid"])
 def test_bulk_writes_equal_single_writes_on_every_tier(tier, tmp_path):
     make = {"memory": lambda: MemoryTier(segment_bytes=4096),
