@@ -11,21 +11,16 @@ it learns from the data (:class:`TrainableCodec`).
 
 from __future__ import annotations
 
-import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
-from chunkstore import _threads
 from chunkstore.codecs._util import check_level
 from chunkstore.errors import CodecConfigError
 
 __all__ = ["Codec", "LevelledCodec", "TrainableCodec", "resolve_codec"]
-
-#: encode_many's default shares the chunks with worker threads only when each gets this many
-THREAD_MIN_CHUNKS = 16
 
 #: turns a codec name into a Codec; set by ``_registry`` when the package is imported,
 #: so that codecs wrapping another (``xor+``) need not import the registry
@@ -69,27 +64,12 @@ class Codec(ABC):
         Returns ``(data, sizes)``: the encodings one after another as one flat uint8
         array and each one's length (int64). Each piece is byte for byte what
         :meth:`encode` gives for that chunk. ``threads`` is how many threads may share
-        the work: this default hands contiguous slices of at least :data:`THREAD_MIN_CHUNKS`
-        chunks to worker threads (codecs whose ``encode`` releases the GIL, such as lz4,
-        zlib and blosc2, gain), the calling thread encoding the first.
+        the work; this default encodes one chunk after another in the calling thread
+        (``igzip``'s encodes from two threads at once gave other bytes now and then, so
+        sharing the work is for a codec that knows it is safe, as zstd's override does).
         """
-        n = len(chunks)
-        k = max(1, min(int(threads), n // THREAD_MIN_CHUNKS))
-        if k == 1:
-            parts = self._encode_each(chunks)
-        else:  # k contiguous slices; the calling thread encodes the first (codecs that release the GIL gain)
-            bounds = np.linspace(0, n, k + 1).astype(np.int64).tolist()
-            tasks: list[_threads.Task] = []
-            try:
-                pool = _threads.pool("chunkstore-encode", k - 1)
-                for a, b in itertools.pairwise(bounds[1:]):
-                    _threads.submit(pool, tasks, self._encode_each, chunks[a:b])
-                parts = self._encode_each(chunks[:bounds[1]])
-            finally:  # also when interrupted: the workers read chunks, which must outlive them
-                _threads.wait_all(tasks)
-            for t in tasks:
-                parts += t.result()
-        sizes = np.fromiter((memoryview(p).nbytes for p in parts), np.int64, n)
+        parts = self._encode_each(chunks)
+        sizes = np.fromiter((memoryview(p).nbytes for p in parts), np.int64, len(parts))
         return np.frombuffer(b"".join(parts), np.uint8), sizes
 
     def _encode_each(self, chunks: np.ndarray) -> list[Any]:

@@ -7,7 +7,6 @@ any point of a bulk write leaves each chunk readable with its contents from befo
 
 from __future__ import annotations
 
-import threading
 from unittest import mock
 
 import numpy as np
@@ -68,23 +67,6 @@ def test_encode_many_gives_each_chunk_exactly_what_encode_gives(name, threads):
         ends = np.cumsum(sizes)
         for i in range(n):
             assert bytes(data[ends[i] - sizes[i]:ends[i]]) == bytes(codec.encode(chunks[i])), (name, n, i)
-
-
-def test_encode_many_shares_the_chunks_with_worker_threads_and_keeps_their_order():
-    codec = get_codec("lz4-block")
-    seen: set[str] = set()
-    encode = codec.encode
-
-    def traced(arr):
-        seen.add(threading.current_thread().name)
-        return encode(arr)
-
-    chunks = _items(np.random.default_rng(5), 200 * 16, (64,), np.dtype("u1")).reshape(200, 16, 64)
-    with mock.patch.object(codec, "encode", traced):
-        data, sizes = codec.encode_many(chunks, threads=3)
-    assert len(seen) == 3 and threading.current_thread().name in seen  # the caller took a slice too
-    ends = np.cumsum(sizes)
-    assert [bytes(data[e - s:e]) for s, e in zip(sizes, ends, strict=True)] == [bytes(encode(c)) for c in chunks]
 
 
 def test_encode_many_with_a_trained_dictionary_matches_encode():
