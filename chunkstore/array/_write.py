@@ -25,11 +25,17 @@ from chunkstore.array._fields import ArrayFields
 from chunkstore.array.frontend import WriteFrontEnd
 from chunkstore.tiers import ChunkRef
 
-__all__ = ["MAX_SPARE", "WritePath"]
+__all__ = ["BULK_MIN_CHUNKS", "MAX_SPARE", "WritePath"]
 
 #: buffers of sealed chunks kept for the next open ones (an appender opens a chunk right after it
 #: seals one; more would only be held memory)
 MAX_SPARE = 2
+#: a write covering at least this many whole chunks takes the bulk path (one encode_many, one
+#: put_many, one table step for them all); fewer go chunk by chunk
+BULK_MIN_CHUNKS = 2
+#: raw bytes of the chunks one bulk step encodes at most: a longer run takes several steps, so a
+#: broadcast or strided value (``arr[:] = 0``) is never made contiguous all at once
+BULK_MAX_BYTES = 64 << 20
 
 
 class WritePath(WriteFrontEnd, ArrayFields):
@@ -202,6 +208,59 @@ class WritePath(WriteFrontEnd, ArrayFields):
             self._after_write(c, int(idx[part].max()) - c * self.chunk_len)
 
     def _write_run(self, start: int, vals: np.ndarray) -> None:
+        L = self.chunk_len
+        first, last = -(-start // L), (start + len(vals)) // L  # whole chunks of the run: [first, last)
+        if last - first < BULK_MIN_CHUNKS:
+            self._write_pieces(start, vals)
+            return
+        head, tail = first * L - start, last * L - start
+        if head:
+            self._write_pieces(start, vals[:head])
+        self._write_whole(first, vals[head:tail])
+        if tail < len(vals):
+            self._write_pieces(last * L, vals[tail:])
+
+    def _write_whole(self, c0: int, vals: np.ndarray) -> None:
+        """Whole chunks ``c0, c0 + 1, ...`` (``vals``: their rows, full-length chunks only).
+
+        Runs of chunks that are not open are encoded in one :meth:`Codec.encode_many` call
+        and put into the tier in one :meth:`Tier.put_many`, then installed in one step of the
+        chunk table (:meth:`_install_many`); an open chunk is written through its buffer as
+        one row at a time would be. The result, chunk for chunk, is what writing the rows one
+        by one gives: a codec that still wants training is trained after the same chunk.
+        """
+        L = self.chunk_len
+        n = len(vals) // L
+        is_open = np.zeros(n, bool)
+        for c in self._table.open:
+            if c0 <= c < c0 + n:
+                is_open[c - c0] = True
+        i = 0
+        while i < n:
+            if is_open[i]:
+                self._write_pieces((c0 + i) * L, vals[i * L:(i + 1) * L])
+                i += 1
+                continue
+            j = i + 1 + int(np.argmax(is_open[i + 1:])) if is_open[i + 1:].any() else n
+            j = min(j, i + max(1, BULK_MAX_BYTES // max(1, L * self._item_nbytes)))
+            if _training.wants_training(self.codec):
+                # only as many chunks as one by one would seal before training: the rest waits
+                # for the trained codec (an overwrite adds no raw bytes, so this is a lower bound)
+                want = -(-(_training.TRAIN_AFTER_BYTES - self._raw_sealed) // (L * self._item_nbytes or 1))
+                j = min(j, i + max(1, want))
+            self._seal_many(c0 + i, vals[i * L:j * L].reshape(j - i, L, *self.item_shape))
+            i = j
+
+    def _seal_many(self, c0: int, chunks: np.ndarray) -> None:
+        """Chunks ``c0 .. c0 + len(chunks) - 1`` (none open) encoded from ``chunks`` and stored."""
+        if len(chunks) == 1:
+            self._seal_from(c0, chunks[0])
+            return
+        data, sizes = self.codec.encode_many(np.ascontiguousarray(chunks), threads=self.threads)
+        refs = self.tier.put_many(data, sizes)
+        self._install_many(np.arange(c0, c0 + len(chunks), dtype=np.int64), refs)
+
+    def _write_pieces(self, start: int, vals: np.ndarray) -> None:
         table = self._table
         for c, r0, r1, k in self._pieces(start, len(vals)):
             part = vals[k : k + r1 - r0]
@@ -264,6 +323,25 @@ class WritePath(WriteFrontEnd, ArrayFields):
         self._raw_sealed += table.rows(c) * self._item_nbytes
         if self.cache is not None:
             self.cache.invalidate((table.uid, c, int(table.version[c]) - 1))
+        self._maybe_train()
+
+    def _install_many(self, chunks: np.ndarray, refs: np.ndarray) -> None:
+        """:meth:`_install` of many chunks (increasing, none open): the table's entries change in
+        one step, then the bytes they replaced are released."""
+        table = self._table
+        self._max_len = max(self._max_len, int(refs[2].max()))  # before the entries point at them
+        was = table.seg[chunks] >= 0
+        old = table.entries[chunks[was]]  # (a copy: fancy indexing)
+        table.adopt(chunks, refs)  # one step: every entry points at its new bytes
+        rows = len(chunks) - len(old)  # overwritten chunks keep their raw size
+        self._cbytes_sealed += int(refs[2].sum()) - int(old["len"].sum(dtype=np.int64))
+        self._raw_sealed += rows * table.chunk_len * self._item_nbytes
+        for seg, off, n in zip(old["seg"].tolist(), old["off"].tolist(), old["len"].tolist(), strict=True):
+            self._release(ChunkRef(seg, off, n))
+        if self.cache is not None:
+            version = table.version[chunks].tolist()
+            for c, v in zip(chunks.tolist(), version, strict=True):
+                self.cache.invalidate((table.uid, c, v - 1))
         self._maybe_train()
 
     def _maybe_train(self) -> None:

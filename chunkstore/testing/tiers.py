@@ -108,6 +108,26 @@ class TierTests:
         with pytest.raises(ValueError):
             tier.put(np.frombuffer(raw, np.uint8)[::2])
 
+    @pytest.mark.parametrize("zero", [False, True])
+    def test_put_many_stores_each_chunk(self, tier, rng, zero):
+        sizes = rng.integers(1, 3000, 40)
+        sizes[[3, 20]] = 2 * SEG + 7  # larger than a segment
+        if zero:
+            sizes[[0, 11]] = 0
+        data = np.frombuffer(_bytes(rng, int(sizes.sum())), np.uint8)
+        keep = tier.put(b"before")
+        refs = tier.put_many(data, sizes)
+        assert refs.dtype == np.int64 and refs.shape == (3, len(sizes))
+        assert len({tuple(r) for r in refs.T.tolist()}) == len(sizes)
+        ends = np.cumsum(sizes)
+        for r, s, e in zip(refs.T.tolist(), sizes.tolist(), ends.tolist(), strict=True):
+            assert r[2] == s and bytes(tier.get(ChunkRef(*r))) == data[e - s:e].tobytes()
+        assert tier.used_nbytes == 6 + int(sizes.sum())
+        for r in refs.T.tolist():
+            tier.release(ChunkRef(*r))
+        assert tier.used_nbytes == 6 and bytes(tier.get(keep)) == b"before"
+        assert tier.put_many(b"", np.zeros(0, np.int64)).shape == (3, 0)
+
     def test_put_copies(self, tier):
         src = bytearray(b"abcdef")
         ref = tier.put(src)

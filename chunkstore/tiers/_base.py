@@ -62,6 +62,22 @@ class Tier(ABC):
     def put(self, data: Any) -> ChunkRef:
         """Copy ``data`` (bytes-like) into the tier and return where it went."""
 
+    def put_many(self, data: Any, sizes: Any) -> np.ndarray:
+        """Copy many chunks into the tier: ``data`` holds them one after another, ``sizes``
+        their lengths. Returns their refs as a ``(3, n)`` int64 table (segment, offset,
+        nbytes), row ``i`` where :meth:`put` would have put chunk ``i``. This default puts
+        them one by one; a segmented tier copies and records them a segment at a time.
+        An interrupt can leave some of them put and not returned (an owner's repair
+        releases them, as for an interrupted :meth:`put`).
+        """
+        src = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+        sizes = np.asarray(sizes, np.int64).reshape(-1)
+        ends = np.cumsum(sizes)
+        refs = np.empty((3, len(sizes)), np.int64)
+        for i, (lo, hi) in enumerate(zip((ends - sizes).tolist(), ends.tolist(), strict=True)):
+            refs[:, i] = self.put(src[lo:hi])
+        return refs
+
     @abstractmethod
     def get(self, ref: ChunkRef) -> memoryview | np.ndarray:
         """The bytes of ``ref`` as a 1-D uint8 buffer on the host."""

@@ -80,6 +80,19 @@ class _Segment:
         self.data: Any = None  # writable storage, tier-specific
         self.ro: Any = None  # read handle, tier-specific
 
+    def record_many(self, offsets: np.ndarray, nbytes: np.ndarray) -> None:
+        """Chunks put at ``offsets`` (increasing, after every recorded one), in one step."""
+        k = len(offsets)
+        if self.n + k > len(self.offs):  # both columns grow in one step, as in record()
+            size = max(2 * len(self.offs), self.n + k)
+            offs, lens = np.empty(size, self.offs.dtype), np.empty(size, self.lens.dtype)
+            offs[:self.n], lens[:self.n] = self.offs[:self.n], self.lens[:self.n]
+            self.offs, self.lens = offs, lens
+        self.offs[self.n:self.n + k] = offsets  # invisible until n counts them
+        self.lens[self.n:self.n + k] = nbytes
+        self.n += k
+        self.nlive += k
+
     def record(self, offset: int, nbytes: int) -> None:
         """A chunk put at ``offset`` (after every recorded one)."""
         if self.n == len(self.offs):  # both columns grow in one step (a Ctrl-C between two
@@ -250,6 +263,48 @@ class SegmentedTier(Tier):
             self._used += n
             self._nchunks += 1
         return ChunkRef(seg.id, offset, n)
+
+    def put_many(self, data: Any, sizes: Any) -> np.ndarray:
+        """:meth:`put` of many chunks, a segment at a time: each run of chunks that fits the
+        append target is copied in one ``_write`` and recorded in one locked step. The chunks
+        land exactly where one :meth:`put` after another would have put them."""
+        src = as_uint8(data)
+        sizes = np.asarray(sizes, np.int64).reshape(-1)
+        if self._closed:
+            raise ValueError(f"put on a closed {self.kind} tier")
+        if sizes.size and sizes.min() < 0:
+            raise ValueError(f"put_many: sizes must be >= 0, got {int(sizes.min())}")
+        if sizes.size and not sizes.all():  # a zero-byte chunk still takes one byte: one by one
+            return super().put_many(src, sizes)
+        ends = np.cumsum(sizes)
+        if ends.size and ends[-1] != src.size:
+            raise ValueError(f"put_many: sizes sum to {int(ends[-1])}, data holds {src.size} bytes")
+        refs = np.empty((3, sizes.size), np.int64)
+        i, n = 0, sizes.size
+        while i < n:
+            base = int(ends[i] - sizes[i])  # where chunk i starts in src
+            cur = self._current
+            room = 0 if cur is None else cur.capacity - cur.fill
+            # chunks i..j-1 fit the append target; none fits: open another for chunk i, as put would
+            j = i + int(np.searchsorted(ends[i:], base + room, side="right"))
+            if j == i:
+                seg, offset = self._reserve(int(sizes[i]))  # opens a segment; takes chunk i's bytes
+                j = i + 1 + int(np.searchsorted(ends[i + 1:], base + seg.capacity - offset, side="right"))
+                seg.fill = offset + int(ends[j - 1]) - base
+            else:
+                assert cur is not None
+                seg, offset = cur, cur.fill
+                cur.fill += int(ends[j - 1]) - base
+            hi = int(ends[j - 1])
+            self._write(seg, offset, src[base:hi])
+            offs = offset + (ends[i:j] - sizes[i:j] - base)
+            with self._lock:
+                seg.record_many(offs, sizes[i:j])
+                self._used += hi - base
+                self._nchunks += j - i
+            refs[0, i:j], refs[1, i:j], refs[2, i:j] = seg.id, offs, sizes[i:j]
+            i = j
+        return refs
 
     def get(self, ref: ChunkRef) -> Any:
         with self._lock:

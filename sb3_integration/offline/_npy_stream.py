@@ -16,7 +16,10 @@ import gzip
 import io
 import os
 import pickle
+import queue
+import threading
 import zlib
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -114,6 +117,57 @@ class NpyStream:
             self._read_exact(part)
             yield start, part
             start += n
+
+    def prefetched_blocks(self, rows: int, stop: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """:meth:`blocks`, each read by a helper thread while the caller works on the one before.
+
+        The gzip stream is decoded without the GIL, so reading overlaps the caller's
+        encoding. Three buffers rotate (one the caller holds, one waiting, one being
+        filled): a block stays valid until the next one is asked for. A read error is
+        raised here, in the caller; leaving the loop early stops the thread.
+        """
+        total = self.shape[0] if self.shape else 1
+        stop = total if stop is None else min(int(stop), total)
+        bufs = [np.empty((max(1, min(rows, stop)), *self.row_shape), self.dtype) for _ in range(3)]
+        ready: queue.Queue[tuple[int, np.ndarray] | BaseException | None] = queue.Queue(maxsize=1)
+        halt = threading.Event()
+
+        def offer(item: tuple[int, np.ndarray] | BaseException | None) -> bool:
+            while not halt.is_set():
+                try:
+                    ready.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def read() -> None:
+            start, k = 0, 0
+            try:
+                while start < stop and not halt.is_set():
+                    part = bufs[k % 3][:min(rows, stop - start)]
+                    self._read_exact(part)
+                    if not offer((start, part)):
+                        return
+                    start, k = start + len(part), k + 1
+            except BaseException as e:  # handed to the caller, who raises it
+                offer(e)
+                return
+            offer(None)
+
+        reader = threading.Thread(target=read, name="npy-prefetch", daemon=True)
+        reader.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            halt.set()
+            reader.join()
 
     def finish(self) -> None:
         """Read what is left (rows past ``stop``) and the gzip trailer: its CRC and size are checked."""

@@ -1,8 +1,9 @@
 """Import dopamine checkpoints (the DQN Replay Dataset) into one file: :func:`import_dqn_replay`.
 
 Checkpoints are read one at a time, each observation file in blocks of rows (never a
-whole 7 GB array), frames written straight into compressed chunks (``ChunkedArray.write``
-encodes each whole chunk from the block, no per-row Python). Each finished checkpoint is
+whole 7 GB array; the next block is read by a helper thread meanwhile), frames written
+straight into compressed chunks (``ChunkedArray.write`` takes its bulk path: a block's whole
+chunks encoded in one GIL-free call and put into the tier in one step). Each finished checkpoint is
 saved atomically as a part file under ``<out>.parts/``; an interrupted import run again
 with the same arguments keeps the parts it finds and continues at the next checkpoint.
 The parts are then joined into ``out`` with their chunks copied verbatim, read straight
@@ -185,7 +186,7 @@ def _import_one(c: Checkpoint, part: str, shared: Codec | None, codec: str | Cod
     with NpyStream(c.path("observation")) as s, tqdm(
             total=rows, desc=f"frames of checkpoint {c.suffix}", unit="frame", leave=False,
             disable=not progress) as bar:
-        for start, part_rows in s.blocks(block, stop=rows):
+        for start, part_rows in s.prefetched_blocks(block, stop=rows):
             if frames is None:
                 shared = shared if shared is not None else _choose_codec(codec, part_rows, chunk_len)
                 frames = ChunkedArray(padded, c.observation_shape, c.observation_dtype,
