@@ -153,18 +153,19 @@ def _fetch_add(typingctx, addr, val):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _copy_item(dst, src, nruns, run, stride):  # type: ignore[no-untyped-def]
+def _copy_runs(dst, dst_stride, src, src_stride, nruns, run):  # type: ignore[no-untyped-def]
+    """``nruns`` runs of ``run`` bytes from ``src`` to ``dst``, run ``r`` at ``r * stride`` on each side."""
     if nruns == 1:
         _memcpy(dst, src, run)
     elif run >= 32:
         for r in range(nruns):
-            _memcpy(dst + r * stride, src + r * run, run)
+            _memcpy(dst + r * dst_stride, src + r * src_stride, run)
     else:  # channel-last stacks of narrow frames: a strided byte loop beats a call per run
-        s = carray(_u8ptr(src), nruns * run)
-        d = carray(_u8ptr(dst), (nruns - 1) * stride + run)
+        s = carray(_u8ptr(src), (nruns - 1) * src_stride + run)
+        d = carray(_u8ptr(dst), (nruns - 1) * dst_stride + run)
         for r in range(nruns):
             for b in range(run):
-                d[r * stride + b] = s[r * run + b]
+                d[r * dst_stride + b] = s[r * src_stride + b]
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -298,7 +299,7 @@ def _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_c
         if base == 0:
             _zero_item(dst + dst_off[i], nruns, run, stride)
         else:
-            _copy_item(dst + dst_off[i], base + (ids[i] - c * chunk_len) * item, nruns, run, stride)
+            _copy_runs(dst + dst_off[i], stride, base + (ids[i] - c * chunk_len) * item, run, nruns, run)
     return True
 
 

@@ -36,6 +36,7 @@ from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from chunkstore.native.guard import guard_module
+from chunkstore.native.kernels import copy_runs
 from chunkstore.native.kernels import memcpy as _memcpy
 from chunkstore.native.kernels import u8ptr as _u8ptr
 
@@ -105,22 +106,6 @@ def _frame_is_zero(src, outer, stride, n):  # type: ignore[no-untyped-def]
         if acc:
             return False
     return True
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _copy_frame(dst, src, outer, stride, n):  # type: ignore[no-untyped-def]
-    """Frame at ``src`` (runs ``stride`` apart) to ``dst``, its runs back to back."""
-    if outer == 1:
-        _memcpy(dst, src, n)
-    elif n >= 32:
-        for o in range(outer):
-            _memcpy(dst + o * n, src + o * stride, n)
-    else:
-        d = carray(_u8ptr(dst), outer * n)
-        s = carray(_u8ptr(src), (outer - 1) * stride + n)
-        for o in range(outer):
-            for t in range(n):
-                d[o * n + t] = s[o * stride + t]
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -203,7 +188,7 @@ def put_pairs(x0, x1, w0, w1, nstacks, row, ring, start, p, heads, released, las
             i = e * ring + (g + j) % ring
             c = i // L
             r = i - c * L
-            _copy_frame(_open_address(open_c, open_a, c) + r * item, xa + (f0 + j) * wi, outer, run, wi)
+            copy_runs(_open_address(open_c, open_a, c) + r * item, wi, xa + (f0 + j) * wi, run, outer, wi)
             if r == L - 1:
                 full[nfull] = c
                 nfull += 1
