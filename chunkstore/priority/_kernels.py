@@ -87,6 +87,23 @@ def assign(leaves, sums, mins, offsets, fanout, nlevels, meta, gens, slots, valu
             _recompute(leaves, sums, mins, offsets, fanout, level, node)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _pick_child(values, base, first, stop, u):  # type: ignore[no-untyped-def]
+    """The child in ``first..stop-1`` (its mass at ``values[base + child]``) whose running-sum
+    interval holds ``u``, and ``u`` within it; a ``u`` that rounding carried past the last child
+    with mass goes to the middle of that child. A child with no mass is never chosen."""
+    cum = 0.0
+    last = -1
+    for c in range(first, stop):
+        v = np.float64(values[base + c])
+        if v > 0:
+            if u < cum + v:
+                return c, u - cum
+            last = c
+        cum += v
+    return last, np.float64(values[base + last]) * 0.5
+
+
 @njit(nogil=True, cache=True)
 def sample(leaves, sums, offsets, fanout, nlevels, targets, out_slots, out_values):  # type: ignore[no-untyped-def]
     """For each target ``u`` in ``[0, total)``: the slot whose running-sum interval holds it.
@@ -99,37 +116,11 @@ def sample(leaves, sums, offsets, fanout, nlevels, targets, out_slots, out_value
         node = 0
         for level in range(nlevels, 0, -1):
             first = node * fanout
-            cum = 0.0
-            chosen = -1
-            last = -1
-            last_cum = 0.0
             if level == 1:
-                for c in range(first, min(first + fanout, leaves.shape[0])):
-                    v = np.float64(leaves[c])
-                    if v > 0:
-                        if u < cum + v:
-                            chosen = c
-                            break
-                        last, last_cum = c, cum
-                    cum += v
-                if chosen < 0:
-                    chosen, cum = last, last_cum
-                    u = cum + np.float64(leaves[last]) * 0.5
+                node, u = _pick_child(leaves, 0, first, min(first + fanout, leaves.shape[0]), u)
             else:
                 base = offsets[level - 1]
-                for c in range(first, min(first + fanout, offsets[level] - base)):
-                    v = sums[base + c]
-                    if v > 0:
-                        if u < cum + v:
-                            chosen = c
-                            break
-                        last, last_cum = c, cum
-                    cum += v
-                if chosen < 0:
-                    chosen, cum = last, last_cum
-                    u = cum + sums[base + last] * 0.5
-            u -= cum
-            node = chosen
+                node, u = _pick_child(sums, base, first, min(first + fanout, offsets[level] - base), u)
         out_slots[i] = node
         out_values[i] = leaves[node]
 
