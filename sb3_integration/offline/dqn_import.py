@@ -240,42 +240,59 @@ def _part_blobs(path: str, spans: np.ndarray) -> Iterator[bytes]:
 def _join(parts: str, ckpts: list[Checkpoint], out: str, codec: Codec, *, stack_size: int,
           update_horizon: int, gamma: float, chunk_len: int, progress: bool) -> None:
     """Every part's chunks into ``out`` verbatim (read with one ``pread`` each, not through a
-    lazily loaded array), their columns concatenated."""
+    lazily loaded array), their columns concatenated.
+
+    Each column and the chunk table are allocated once at their joined size and filled part
+    by part (no per-part copies held until one concatenation), and a part's chunk spans are
+    read again when its bytes are copied rather than kept: what the join holds grows by about
+    12 bytes per transition, not by every checkpoint's tables twice.
+    """
     table: list[list[int]] = []
-    cols: dict[str, list[np.ndarray]] = {"actions": [], "rewards": [], "terminals": [], "valid": []}
-    chunks, nbytes, spans_of = [], [], []
+    padded = [-(-c.rows // chunk_len) * chunk_len for c in ckpts]
+    total, total_chunks = sum(padded), sum(padded) // chunk_len
+    cols: dict[str, np.ndarray] = {}
+    chunks = np.empty(total_chunks, np.int64)
+    nbytes = np.empty(total_chunks, np.int64)
+    paths: list[str] = []
     item_shape: tuple[int, ...] = ()
     dtype = np.dtype(np.uint8)
-    base = 0
-    for c in ckpts:
+    base = k = 0
+    for c, rows in zip(ckpts, padded, strict=True):
         path = _part_path(parts, c.suffix)
         with load_store(path, lazy=True) as st:
             fr = st.arrays["frames"]
             if fr.codec != codec:
                 raise ValueError(f"out: part {path} uses another codec; remove {parts} and import again")
             capacity, item_shape, dtype = fr.capacity, fr.item_shape, fr.dtype
-            for key, name in (("actions", "action"), ("rewards", "reward"), ("terminals", "terminal")):
-                cols[key].append(st.extras[name])
-            cols["valid"].append(st.extras["valid"])
+            if capacity != rows:
+                raise ValueError(f"out: part {path} holds {capacity} frames, its checkpoint {rows}; remove it "
+                                 "and import again")
+            for key, name in (("actions", "action"), ("rewards", "reward"), ("terminals", "terminal"),
+                              ("valid", "valid")):
+                part = st.extras[name]
+                if key not in cols:
+                    cols[key] = np.empty(total, part.dtype)
+                elif part.dtype != cols[key].dtype:  # what a concatenation would give (never narrower)
+                    cols[key] = cols[key].astype(np.result_type(cols[key].dtype, part.dtype))
+                cols[key][base:base + capacity] = part
         spans = chunk_spans(path, "frames")
-        if np.any(spans[:, 1] < 0):
+        if np.any(spans[:, 1] < 0) or len(spans) > capacity // chunk_len:
             raise ValueError(f"out: part {path} lacks chunks; remove it and import again")
-        spans_of.append((path, spans))
-        chunks.append(spans[:, 0] + base // chunk_len)
-        nbytes.append(spans[:, 2])
+        chunks[k:k + len(spans)] = spans[:, 0] + base // chunk_len
+        nbytes[k:k + len(spans)] = spans[:, 2]
+        k += len(spans)
+        paths.append(path)
         table.append([c.suffix, base, c.rows, c.capacity, c.add_count, capacity])
         base += capacity
 
     def blobs() -> Iterator[Any]:
-        for path, spans in spans_of:
-            yield from _part_blobs(path, spans)
+        for path in paths:
+            yield from _part_blobs(path, chunk_spans(path, "frames"))
 
-    source = ChunkSource(base, item_shape, dtype, chunk_len, codec, np.concatenate(chunks),
-                         np.concatenate(nbytes), blobs)
-    valid = np.concatenate(cols["valid"])
-    actions = np.concatenate(cols["actions"])
-    extras = {"actions": actions, "rewards": np.concatenate(cols["rewards"]),
-              "terminals": np.concatenate(cols["terminals"]), "valid": np.packbits(valid),
+    source = ChunkSource(base, item_shape, dtype, chunk_len, codec, chunks[:k], nbytes[:k], blobs)
+    actions = cols["actions"]
+    extras = {"actions": actions, "rewards": cols["rewards"], "terminals": cols["terminals"],
+              "valid": np.packbits(cols.pop("valid")),
               "checkpoints": np.array(table, np.int64).reshape(-1, len(CKPT_COLUMNS))}
     attrs = {"kind": FILE_KIND, "version": FILE_VERSION, "stack_size": stack_size,
              "update_horizon": update_horizon, "gamma": gamma,
