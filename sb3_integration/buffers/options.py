@@ -1,6 +1,6 @@
 """How a buffer stores its observations: the store options, their defaults and presets, checked once.
 
-:func:`store_options` is the one path from a buffer's store arguments (``compression_method``
+:func:`parse_store_options` is the one path from a buffer's store arguments (``compression_method``
 and the keyword-only ``preset``, ``chunk_len``, ``cache_bytes``, ``tier``, ``frame_dedup``,
 ``threads``, ``buffer_device``, ``heap_bytes``; their public names) to the
 :class:`~sb3_integration.engine.options.StoreOptions` the buffer's frame stores take whole
@@ -36,7 +36,7 @@ __all__ = [
     "check_positive_or_none",
     "device_budget",
     "make_frame_stores",
-    "store_options",
+    "parse_store_options",
 ]
 
 #: the store defaults, shared with the core (chosen by measurement; see the README):
@@ -56,8 +56,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def store_options(owner: type, compression_method: Any, kwargs: dict[str, Any], *,
-                  accepted: Sequence[str] = (), defaults: dict[str, Any] | None = None) -> tuple[StoreOptions, str]:
+def parse_store_options(owner: type, compression_method: Any, kwargs: dict[str, Any], *,
+                        accepted: Sequence[str] = (), defaults: dict[str, Any] | None = None,
+                        ) -> tuple[StoreOptions, str]:
     """A buffer's keyword-only store options, checked: ``(options, small_arrays)``.
 
     The one path from a buffer's keywords (public names, :data:`STORE_OPTIONS`) to the

@@ -62,7 +62,7 @@ from sb3_integration.buffers.options import (
     DEFAULT_COMPRESSION,
     StoreOptions,
     make_frame_stores,
-    store_options,
+    parse_store_options,
 )
 from sb3_integration.buffers.sb3_checks import check_replay_add, like_sb3, replay_constructor_checks
 from sb3_integration.buffers.views import ObservationView, same_rows
@@ -137,7 +137,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         compression_kwargs: dict[str, Any] | None = None,
         decompression_kwargs: dict[str, Any] | None = None,
         output_dtype: str = "raw",
-        **kwargs: Any,
+        **store_options: Any,
     ) -> None:
         """SB3's arguments, then sb3-extra-buffers' (in its positional order), then store options.
 
@@ -150,7 +150,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=compression_method, compression_kwargs=compression_kwargs,
             decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
-        options, small_arrays = store_options(type(self), extra.compression_method, kwargs)
+        options, small_arrays = parse_store_options(type(self), extra.compression_method, store_options)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
         for check in replay_constructor_checks(type(self)):
             check(self, optimize_memory_usage, handle_timeout_termination)

@@ -48,7 +48,7 @@ from sb3_integration.buffers.options import (
     StoreOptions,
     check_keywords,
     make_frame_stores,
-    store_options,
+    parse_store_options,
 )
 from sb3_integration.buffers.sb3_checks import (
     check_rollout_add,
@@ -106,23 +106,24 @@ class _CompressedRolloutMixin(ClosableBuffer):
         compression_method: str | Codec | None = None,
         compression_kwargs: dict[str, Any] | None = None,
         decompression_kwargs: dict[str, Any] | None = None,
-        **kwargs: Any,
+        **store_options: Any,
     ) -> None:
         """SB3's arguments, then sb3-extra-buffers' (its positional order), then store options.
 
-        The store options go the replay buffers' one path (:func:`~sb3_integration.buffers.options.store_options`:
-        same names, checks and errors), here the :data:`ROLLOUT_STORE_OPTIONS`. SB3's own
+        The store options take the replay buffers' one path
+        (:func:`~sb3_integration.buffers.options.parse_store_options`: same names, checks and
+        errors); a rollout buffer takes :data:`ROLLOUT_STORE_OPTIONS`. SB3's own
         ``__init__`` runs (its checks, its ``reset``, which is ours).
         """
-        check_keywords(type(self), kwargs, ROLLOUT_STORE_OPTIONS)  # as Python words it for SB3's class
+        check_keywords(type(self), store_options, ROLLOUT_STORE_OPTIONS)  # as Python words it for SB3's class
         BaseBuffer.__init__(cast(BaseBuffer, self), buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
         check_rollout_space(self)
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=DEFAULT_ROLLOUT_COMPRESSION if compression_method is None else compression_method,
             compression_kwargs=compression_kwargs, decompression_kwargs=decompression_kwargs)
-        self.store_options, _ = store_options(type(self), extra.compression_method, kwargs,
-                                              accepted=ROLLOUT_STORE_OPTIONS, defaults=_ROLLOUT_DEFAULTS)
+        self.store_options, _ = parse_store_options(type(self), extra.compression_method, store_options,
+                                                    accepted=ROLLOUT_STORE_OPTIONS, defaults=_ROLLOUT_DEFAULTS)
         self.buffer_device = self.store_options.device
         self._sampling = False
         # the public names (SB3's and sb3-extra-buffers'), read by users

@@ -44,7 +44,7 @@ class StoreOptions:
 
     Plain values, compared and pickled as such (a buffer's pickle holds no live
     ``tier``). Build one from a buffer's keywords with
-    :func:`sb3_integration.buffers.options.store_options`, which checks them; a
+    :func:`sb3_integration.buffers.options.parse_store_options`, which checks them; a
     :class:`~sb3_integration.engine.frames.FrameStore` takes it whole (``options=``).
 
     Examples

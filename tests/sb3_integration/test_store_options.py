@@ -31,7 +31,7 @@ from sb3_integration import (
     CompressedReplayBuffer,
     CompressedRolloutBuffer,
 )
-from sb3_integration.buffers.options import STORE_OPTIONS, store_options
+from sb3_integration.buffers.options import STORE_OPTIONS, parse_store_options
 from sb3_integration.buffers.rollout import ROLLOUT_STORE_OPTIONS
 from sb3_integration.engine.frames import OBS, FrameStore
 from sb3_integration.engine.options import StoreOptions
@@ -95,15 +95,15 @@ def test_a_bad_value_gives_replay_and_rollout_the_same_error(kw, exc):
 
 
 def test_public_names_become_one_internal_name_each():
-    options, small = store_options(CompressedReplayBuffer, "zstd3", {
+    options, small = parse_store_options(CompressedReplayBuffer, "zstd3", {
         "chunk_len": 8, "cache_bytes": 1 << 20, "frame_dedup": False, "threads": 1, "buffer_device": "cpu",
         "heap_bytes": 4096, "small_arrays": "raw"})
     assert options == StoreOptions(codec="zstd3", chunk_len=8, cache_bytes=1 << 20, tier=None, threads=1,
                                    dedup=False, device=th.device("cpu"), budget_bytes=4096)
     assert small == "raw"
-    assert store_options(CompressedReplayBuffer, None, {})[0] == StoreOptions()  # the core's defaults
+    assert parse_store_options(CompressedReplayBuffer, None, {})[0] == StoreOptions()  # the core's defaults
     assert StoreOptions() == StoreOptions(codec=DEFAULT_CODEC, chunk_len=DEFAULT_CHUNK_LEN)
-    compact = store_options(CompressedReplayBuffer, "lz4-block", {"preset": "compact"})[0]
+    compact = parse_store_options(CompressedReplayBuffer, "lz4-block", {"preset": "compact"})[0]
     assert (compact.codec, compact.chunk_len) == ("lz4-block", 32)  # an explicit codec wins over the preset's
 
 
