@@ -173,12 +173,12 @@ def make_frame_stores(space: Any, n_rows: int, n_envs: int, stacks_per_row: int,
     """A buffer's frame stores: one per observation key of ``space``, each taking ``options`` whole.
 
     They share ``cache`` (an :class:`~chunkstore.LRUChunkCache`, or 0: none) and, with
-    ``options.device``, one device budget (:meth:`StoreOptions.device_budget`); the keys in
+    ``options.device``, one device budget (:meth:`StoreOptions.budget`); the keys in
     ``host_keys`` keep their frames in host memory (HER's goals).
     """
     from stable_baselines3.common.preprocessing import get_obs_shape
 
-    budget, on_host = options.device_budget(), options.replace(device=None, budget_bytes=None)
+    budget, on_host = options.budget(), options.replace(device=None, budget_bytes=None)
     return {
         key: FrameStore(tuple(get_obs_shape(sub)), sub.dtype, n_rows, n_envs,  # type: ignore[arg-type]
                         options=on_host if key in host_keys else options, stacks_per_row=stacks_per_row,
@@ -191,6 +191,7 @@ def make_frame_stores(space: Any, n_rows: int, n_envs: int, stacks_per_row: int,
 def device_budget(options: StoreOptions) -> Any:
     """The :class:`~chunkstore.device.heap.DeviceBudget` a buffer's frame stores share (None: host frames).
 
-    :meth:`StoreOptions.device_budget <sb3_integration.engine.options.StoreOptions.device_budget>`.
+    The name from before the one-name rename, kept for its imports: :meth:`StoreOptions.budget
+    <sb3_integration.engine.options.StoreOptions.budget>`.
     """
-    return options.device_budget()
+    return options.budget()

@@ -21,7 +21,7 @@ public keyword         field here             what it is
 
 ``budget_bytes`` is the name :class:`~chunkstore.device.DeviceArray` gives it too; the
 :class:`~chunkstore.device.heap.DeviceBudget` a buffer's stores share is the account that
-holds that many bytes (:meth:`StoreOptions.device_budget`).
+holds that many bytes (:meth:`StoreOptions.budget`, a FrameStore's ``budget``).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class StoreOptions:
         base = StoreOptions() if options is None else options
         return base.replace(**fields) if fields else base
 
-    def device_budget(self) -> Any:
+    def budget(self) -> Any:
         """The :class:`~chunkstore.device.heap.DeviceBudget` a buffer's frame stores share (None: host frames).
 
         ``budget_bytes``, or by default half of a CUDA device's free memory now (no
