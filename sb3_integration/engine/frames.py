@@ -200,7 +200,7 @@ class FrameStore(FrameWrites):
         budget = fields.pop("device_budget", None) if budget is None else budget
         opts = StoreOptions.merge(options, fields, None if isinstance(cache, LRUChunkCache) else cache, "FrameStore")
         if isinstance(opts.chunk_len, bool) or not isinstance(opts.chunk_len, (int, np.integer)) or opts.chunk_len < 1:
-            raise ValueError(f"{name}: chunk_len must be >= 1, got {opts.chunk_len}")
+            raise ValueError(f"{name}: chunk_len must be >= 1 (an int), got {opts.chunk_len!r}")
         self.options = opts.replace(chunk_len=int(opts.chunk_len), device=check_device(opts.device, self.dtype, name))
         self.cache = cache if isinstance(cache, LRUChunkCache) else self.options.cache_bytes
         self.budget = self.options.budget_bytes if budget is None else budget
