@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from sb3_integration.offline import CheckpointError, DQNReplayBuffer, import_dqn_replay
 
 
@@ -31,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stack-size", type=int, default=4)
     ap.add_argument("--update-horizon", type=int, default=1)
     ap.add_argument("--gamma", type=float, default=0.99)
-    ap.add_argument("--chunk-len", type=int, default=4)
-    ap.add_argument("--codec", default="zstd3+dict")
+    ap.add_argument("--chunk-len", type=int, default=DEFAULT_CHUNK_LEN)
+    ap.add_argument("--codec", default=DEFAULT_CODEC)
     ap.add_argument("--keep-parts", action="store_true")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()

@@ -1,21 +1,27 @@
 """How a buffer stores its observations: the store options, their defaults and presets, checked once.
 
-:class:`StoreOptions` is what a buffer's store arguments (``preset``, ``chunk_len``,
-``compression_method``, ``cache_bytes``, ``tier``, ``threads``, ``buffer_device``,
-``heap_bytes``) become when the buffer is built; :func:`device_budget` the byte budget its
-frame stores share on a device.
+:func:`parse_store_options` is the one path from a buffer's store arguments (``compression_method``
+and the keyword-only ``preset``, ``chunk_len``, ``cache_bytes``, ``tier``, ``frame_dedup``,
+``threads``, ``buffer_device``, ``heap_bytes``; their public names) to the
+:class:`~sb3_integration.engine.options.StoreOptions` the buffer's frame stores take whole
+(one internal name per concept: see that module); every buffer, replay and rollout, goes
+through it, with the same checks and the same error for a keyword it does not take.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from chunkstore import get_codec
+from chunkstore import Tier, get_codec
 from chunkstore.array import DEFAULT_CACHE_BYTES as CORE_CACHE_BYTES
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
+from sb3_integration.buffers.observations import stack_axis_order, subspaces
+from sb3_integration.engine.frames import FrameStore
+from sb3_integration.engine.options import StoreOptions
 from sb3_integration.errors import UsageTypeError
 
 __all__ = [
@@ -26,8 +32,11 @@ __all__ = [
     "STORE_OPTIONS",
     "StoreOptions",
     "check_frame_dedup",
+    "check_keywords",
     "check_positive_or_none",
     "device_budget",
+    "make_frame_stores",
+    "parse_store_options",
 ]
 
 #: the store defaults, shared with the core (chosen by measurement; see the README):
@@ -47,69 +56,67 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class StoreOptions:
-    """How a buffer stores its observations, validated when the buffer is built.
+def parse_store_options(owner: type, compression_method: Any, kwargs: dict[str, Any], *,
+                        accepted: Sequence[str] = (), defaults: dict[str, Any] | None = None,
+                        ) -> tuple[StoreOptions, str]:
+    """A buffer's keyword-only store options, checked: ``(options, small_arrays)``.
 
-    Built by :meth:`resolve` from a buffer's keyword arguments: an explicit
+    The one path from a buffer's keywords (public names, :data:`STORE_OPTIONS`) to the
+    :class:`StoreOptions` its frame stores take whole. ``kwargs`` may hold the names in
+    ``accepted`` (default: all of :data:`STORE_OPTIONS`); any other is the TypeError
+    Python raises for ``owner``'s ``__init__`` (SB3's message for the same keyword),
+    listing the accepted ones. ``defaults`` replaces their defaults. An explicit
     ``compression_method``/``chunk_len`` wins over the ``preset``'s.
     """
+    check_keywords(owner, kwargs, accepted)
+    opt = {**STORE_OPTIONS, **(defaults or {}), **kwargs}
+    preset = opt["preset"]
+    base = PRESETS.get(preset or "fast")
+    if base is None:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    method = base["compression_method"] if compression_method is None else compression_method
+    get_codec(method)  # a bad name fails here, listing the valid forms
+    length = base["chunk_len"] if opt["chunk_len"] is None else opt["chunk_len"]
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"chunk_len must be an integer >= 1, got {opt['chunk_len']!r}")
+    cache_bytes, tier, threads = opt["cache_bytes"], opt["tier"], opt["threads"]
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
+        raise ValueError(f"cache_bytes must be an integer >= 0, got {cache_bytes!r}")
+    if tier is not None and not isinstance(tier, Tier) and not callable(tier):
+        raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, "
+                        f"DeviceTier), a zero-argument factory returning one, or None; got {tier!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
+    dedup = check_frame_dedup(opt["frame_dedup"])
+    device, budget = _device_options(opt["buffer_device"], opt["heap_bytes"], tier)
+    options = StoreOptions(codec=method, chunk_len=int(length), cache_bytes=int(cache_bytes), tier=tier,
+                           threads=None if threads is None else int(threads), dedup=dedup, device=device,
+                           budget_bytes=budget)
+    return options, opt["small_arrays"]
 
-    compression_method: Any  # a codec name or a Codec
-    chunk_len: int
-    cache_bytes: int
-    tier: Any  # a Tier, a zero-argument factory returning one, or None (RAM)
-    threads: int | None
-    buffer_device: Any = None  # a torch.device: observation frames live and decode there; None: host
-    heap_bytes: int | None = None  # with buffer_device: the device bytes of frame records (None: default)
 
-    @classmethod
-    def resolve(cls, *, preset: str | None, compression_method: Any, chunk_len: Any, cache_bytes: Any,
-                tier: Any, threads: Any, buffer_device: Any = None, heap_bytes: Any = None) -> StoreOptions:
-        from chunkstore import Tier
+def check_keywords(owner: type, kwargs: dict[str, Any], accepted: Sequence[str] = ()) -> None:
+    """The TypeError Python raises for ``owner``'s ``__init__`` unless ``kwargs`` are store options it takes.
 
-        base = PRESETS.get(preset or "fast")
-        if base is None:
-            raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-        method = base["compression_method"] if compression_method is None else compression_method
-        get_codec(method)  # a bad name fails here, listing the valid forms
-        length = base["chunk_len"] if chunk_len is None else chunk_len
-        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
-            raise ValueError(f"chunk_len must be an integer >= 1, got {chunk_len!r}")
-        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
-            raise ValueError(f"cache_bytes must be an integer >= 0, got {cache_bytes!r}")
-        if tier is not None and not isinstance(tier, Tier) and not callable(tier):
-            raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, "
-                            f"DeviceTier), a zero-argument factory returning one, or None; got {tier!r}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                    or threads < 1):
-            raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
-        device, heap = _device_options(buffer_device, heap_bytes, tier)
-        return cls(method, int(length), int(cache_bytes), tier, None if threads is None else int(threads),
-                   device, heap)
+    ``accepted`` (default: all of :data:`STORE_OPTIONS`) are the ones ``owner`` takes; the
+    hint lists them and the constructor's named arguments.
+    """
+    names = tuple(accepted) or tuple(STORE_OPTIONS)
+    unknown = [key for key in kwargs if key not in names]
+    if unknown:
+        raise UsageTypeError(f"{owner.__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}",
+                             f"{owner.__name__}'s store options are {', '.join(names)}; its other arguments "
+                             f"are {_named_arguments(owner)}")
 
-    @classmethod
-    def from_kwargs(cls, compression_method: Any, kwargs: dict[str, Any],
-                    defaults: dict[str, Any] | None = None, *,
-                    owner: str = "buffer") -> tuple[StoreOptions, bool, str]:
-        """The replay buffers' keyword-only store options: ``(options, frame_dedup, small_arrays)``.
 
-        ``kwargs`` may hold :data:`STORE_OPTIONS` only: any other is a TypeError worded
-        as Python words it for ``owner``'s ``__init__`` (SB3's message for the same
-        keyword), listing the valid ones; ``defaults`` replaces their defaults.
-        """
-        unknown = [key for key in kwargs if key not in STORE_OPTIONS]
-        if unknown:
-            raise UsageTypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}",
-                                 f"the store options are {list(STORE_OPTIONS)}; sb3-extra-buffers' arguments "
-                                 "are named dtypes, normalize_images, compression_method, compression_kwargs, "
-                                 "decompression_kwargs, output_dtype")
-        opt = {**STORE_OPTIONS, **(defaults or {}), **kwargs}
-        options = cls.resolve(preset=opt["preset"], compression_method=compression_method,
-                              chunk_len=opt["chunk_len"], cache_bytes=opt["cache_bytes"], tier=opt["tier"],
-                              threads=opt["threads"], buffer_device=opt["buffer_device"],
-                              heap_bytes=opt["heap_bytes"])
-        return options, check_frame_dedup(opt["frame_dedup"]), opt["small_arrays"]
+def _named_arguments(owner: type) -> str:
+    """The named parameters of ``owner``'s constructor (SB3's, sb3-extra-buffers'), for an error's hint."""
+    try:
+        params = inspect.signature(owner.__init__).parameters.values()  # type: ignore[misc]
+    except (TypeError, ValueError):
+        return "?"
+    return ", ".join(p.name for p in params if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
 
 
 #: the keyword-only store options of the buffers, with their defaults
@@ -161,17 +168,30 @@ def _device_options(buffer_device: Any, heap_bytes: Any, tier: Any) -> tuple[Any
     return device, None if heap_bytes is None else int(heap_bytes)
 
 
+def make_frame_stores(space: Any, n_rows: int, n_envs: int, stacks_per_row: int, options: StoreOptions, *,
+                 cache: Any = 0, host_keys: Any = ()) -> dict[Any, FrameStore]:
+    """A buffer's frame stores: one per observation key of ``space``, each taking ``options`` whole.
+
+    They share ``cache`` (an :class:`~chunkstore.LRUChunkCache`, or 0: none) and, with
+    ``options.device``, one device budget (:meth:`StoreOptions.budget`); the keys in
+    ``host_keys`` keep their frames in host memory (HER's goals).
+    """
+    from stable_baselines3.common.preprocessing import get_obs_shape
+
+    budget, on_host = options.budget(), options.replace(device=None, budget_bytes=None)
+    return {
+        key: FrameStore(tuple(get_obs_shape(sub)), sub.dtype, n_rows, n_envs,  # type: ignore[arg-type]
+                        options=on_host if key in host_keys else options, stacks_per_row=stacks_per_row,
+                        axis_order=stack_axis_order(sub), cache=cache, budget=None if key in host_keys else budget,
+                        name="observations" if key is None else f"observations[{key}]")
+        for key, sub in subspaces(space).items()
+    }
+
+
 def device_budget(options: StoreOptions) -> Any:
     """The :class:`~chunkstore.device.heap.DeviceBudget` a buffer's frame stores share (None: host frames).
 
-    ``heap_bytes``, or by default half of a CUDA device's free memory at construction
-    (no limit on other devices).
+    The name from before the one-name rename, kept for its imports: :meth:`StoreOptions.budget
+    <sb3_integration.engine.options.StoreOptions.budget>`.
     """
-    if options.buffer_device is None:
-        return None
-    import torch
-
-    from chunkstore.device.heap import DeviceBudget, default_budget
-
-    limit = options.heap_bytes if options.heap_bytes is not None else default_budget(torch, options.buffer_device)
-    return DeviceBudget(limit)
+    return options.budget()

@@ -35,7 +35,6 @@ once, and keeps the terminal observations that ``optimize_memory_usage`` loses.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections.abc import Callable
@@ -56,13 +55,14 @@ from stable_baselines3.common.vec_env import VecNormalize
 from chunkstore import Codec, LRUChunkCache, Tier, get_codec
 from sb3_integration.buffers._closing import ClosableBuffer
 from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
-from sb3_integration.buffers.observations import stack_axis_order, subspaces
+from sb3_integration.buffers.observations import subspaces
 from sb3_integration.buffers.options import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_CHUNK_LEN,
     DEFAULT_COMPRESSION,
     StoreOptions,
-    device_budget,
+    make_frame_stores,
+    parse_store_options,
 )
 from sb3_integration.buffers.sb3_checks import check_replay_add, like_sb3, replay_constructor_checks
 from sb3_integration.buffers.views import ObservationView, same_rows
@@ -150,8 +150,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=compression_method, compression_kwargs=compression_kwargs,
             decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
-        options, frame_dedup, small_arrays = StoreOptions.from_kwargs(extra.compression_method, store_options,
-                                                                      owner=type(self).__name__)
+        options, small_arrays = parse_store_options(type(self), extra.compression_method, store_options)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
         for check in replay_constructor_checks(type(self)):
             check(self, optimize_memory_usage, handle_timeout_termination)
@@ -159,7 +158,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.optimize_memory_usage = optimize_memory_usage
         describe(self, extra, observation_space)
         self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           frame_dedup=frame_dedup, small_arrays=small_arrays)
+                           small_arrays=small_arrays)
 
     @classmethod
     def from_sb3_extra_buffers(cls: type[B], source: Any, **kwargs: Any) -> B:
@@ -170,7 +169,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         return convert_into(source, cls, **kwargs)  # type: ignore[no-any-return]
 
     def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
-                      frame_dedup: bool, small_arrays: str = "auto") -> None:
+                      small_arrays: str = "auto") -> None:
         self.handle_timeout_termination = handle_timeout_termination
         if small_arrays not in ("auto", "raw", "compressed"):
             raise ValueError(f"small_arrays must be 'auto', 'raw' or 'compressed', got {small_arrays!r}")
@@ -182,24 +181,13 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
         self._lock = threading.RLock()  # add/reset/extend and a state capture exclude each other
         self.store_options = options
-        self.compression_method = get_codec(options.compression_method).name
-        self.chunk_len = options.chunk_len
-        self.frame_dedup = bool(frame_dedup)
-        self._cache_bytes = options.cache_bytes
+        # the public names (SB3's and sb3-extra-buffers'), read by users and saved files
+        self.compression_method = get_codec(options.codec).name
+        self.chunk_len, self.frame_dedup, self._cache_bytes = options.chunk_len, options.dedup, options.cache_bytes
         cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
-        budget, on_device = device_budget(options), self._device_keys()
-        self._stores = {
-            key: FrameStore(
-                self._key_shape(key), sub.dtype, self.buffer_size, self.n_envs,
-                stacks_per_row=2, chunk_len=options.chunk_len, codec=options.compression_method,
-                tier=options.tier, cache=cache, threads=options.threads, dedup=self.frame_dedup,
-                axis_order=stack_axis_order(sub),
-                name="observations" if key is None else f"observations[{key}]",
-                device=options.buffer_device if key in on_device else None, device_budget=budget,
-            )
-            for key, sub in subspaces(self.observation_space).items()
-        }
-        self.buffer_device = options.buffer_device
+        self._stores = make_frame_stores(self.observation_space, self.buffer_size, self.n_envs, 2, options, cache=cache,
+                                    host_keys=set(subspaces(self.observation_space)) - self._device_keys())
+        self.buffer_device = options.device
         self._plan: list[tuple[int, np.ndarray]] | None = None
         self._memo: dict[Any, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._owned: dict[int, np.ndarray] = {}  # batch arrays made in this call (kept alive: ids stay unique)
@@ -444,7 +432,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
                 state.pop(name, None)
             # a pickled buffer loads into RAM: no tier, which may hold locks, open files or a
             # lambda, goes into the pickle
-            state["store_options"] = dataclasses.replace(self.store_options, tier=None)
+            state["store_options"] = self.store_options.replace(tier=None)
             state["_stores"] = {key: fs.__getstate__() for key, fs in self._stores.items()}
             if self._columns is not None:
                 state["_columns"] = self._columns.__getstate__()
@@ -484,7 +472,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             store.share_cache(cache)
         # where the frames are now (a pickle from a CUDA machine loads into host memory without CUDA)
         self.buffer_device = next((fs.device for fs in self._stores.values() if fs.device is not None), None)
-        self.store_options = dataclasses.replace(self.store_options, buffer_device=self.buffer_device)
+        self.store_options = self.store_options.replace(device=self.buffer_device)
         self._plan, self._memo, self._owned = None, {}, {}
         self._make_views()
 

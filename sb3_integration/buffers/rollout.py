@@ -39,14 +39,17 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer, DictRolloutBuffer, RolloutBuffer
-from stable_baselines3.common.preprocessing import get_obs_shape
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import Codec, get_codec
 from sb3_integration.buffers._closing import ClosableBuffer
-from sb3_integration.buffers.observations import stack_axis_order, subspaces
-from sb3_integration.buffers.options import StoreOptions, check_frame_dedup, device_budget
+from sb3_integration.buffers.options import (
+    StoreOptions,
+    check_keywords,
+    make_frame_stores,
+    parse_store_options,
+)
 from sb3_integration.buffers.sb3_checks import (
     check_rollout_add,
     check_rollout_allocation,
@@ -55,19 +58,24 @@ from sb3_integration.buffers.sb3_checks import (
 from sb3_integration.buffers.views import ObservationView
 from sb3_integration.engine.device_stacks import check_not_meta, to_host
 from sb3_integration.engine.frames import OBS, FrameStore
-from sb3_integration.errors import RolloutNotFullError, UsageTypeError
+from sb3_integration.errors import RolloutNotFullError
 from sb3_integration.interop.extra_buffers import (
     convert_samples,
     describe,
     parse_extra_buffers_args,
 )
 
-__all__ = ["DEFAULT_ROLLOUT_COMPRESSION", "CompressedDictRolloutBuffer", "CompressedRolloutBuffer"]
+__all__ = ["DEFAULT_ROLLOUT_COMPRESSION", "ROLLOUT_STORE_OPTIONS", "CompressedDictRolloutBuffer",
+           "CompressedRolloutBuffer"]
 
 #: codec of the rollout buffers (see the module docstring for why it is "none")
 DEFAULT_ROLLOUT_COMPRESSION = "none"
 #: frames per chunk of a rollout: each env keeps one chunk open (raw) while it writes
 DEFAULT_ROLLOUT_CHUNK_LEN = 16
+#: the store options (:data:`~sb3_integration.buffers.options.STORE_OPTIONS`) a rollout buffer takes: a rollout
+#: lives for one ``get()`` and is not saved, so it has no preset, tier, cache or compressed small arrays
+ROLLOUT_STORE_OPTIONS = ("chunk_len", "frame_dedup", "threads", "buffer_device", "heap_bytes")
+_ROLLOUT_DEFAULTS = {"chunk_len": DEFAULT_ROLLOUT_CHUNK_LEN, "cache_bytes": 0}
 
 
 class _CompressedRolloutMixin(ClosableBuffer):
@@ -98,56 +106,40 @@ class _CompressedRolloutMixin(ClosableBuffer):
         compression_method: str | Codec | None = None,
         compression_kwargs: dict[str, Any] | None = None,
         decompression_kwargs: dict[str, Any] | None = None,
-        *,
-        chunk_len: int | None = None,
-        frame_dedup: bool = True,
-        threads: int | None = None,
-        buffer_device: Any = None,
-        heap_bytes: int | None = None,
-        **unexpected: Any,
+        **store_options: Any,
     ) -> None:
         """SB3's arguments, then sb3-extra-buffers' (its positional order), then store options.
 
-        SB3's own ``__init__`` runs (its checks, its ``reset``, which is ours).
+        The store options take the replay buffers' one path
+        (:func:`~sb3_integration.buffers.options.parse_store_options`: same names, checks and
+        errors); a rollout buffer takes :data:`ROLLOUT_STORE_OPTIONS`. SB3's own
+        ``__init__`` runs (its checks, its ``reset``, which is ours).
         """
-        if unexpected:  # worded as Python words it for SB3's class, with ours
-            raise UsageTypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument "
-                                 f"{next(iter(unexpected))!r}", "the store options are chunk_len, frame_dedup, threads, "
-                                 "buffer_device, heap_bytes")
+        check_keywords(type(self), store_options, ROLLOUT_STORE_OPTIONS)  # as Python words it for SB3's class
         BaseBuffer.__init__(cast(BaseBuffer, self), buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
         check_rollout_space(self)
-        dedup = check_frame_dedup(frame_dedup)
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=DEFAULT_ROLLOUT_COMPRESSION if compression_method is None else compression_method,
             compression_kwargs=compression_kwargs, decompression_kwargs=decompression_kwargs)
-        self.store_options = StoreOptions.resolve(
-            preset=None, compression_method=extra.compression_method,
-            chunk_len=DEFAULT_ROLLOUT_CHUNK_LEN if chunk_len is None else chunk_len,
-            cache_bytes=0, tier=None, threads=threads, buffer_device=buffer_device, heap_bytes=heap_bytes,
-        )
-        self.buffer_device = self.store_options.buffer_device
+        self.store_options, _ = parse_store_options(type(self), extra.compression_method, store_options,
+                                                    accepted=ROLLOUT_STORE_OPTIONS, defaults=_ROLLOUT_DEFAULTS)
+        self.buffer_device = self.store_options.device
         self._sampling = False
-        self.compression_method = get_codec(self.store_options.compression_method).name
-        self.chunk_len = self.store_options.chunk_len
-        self.frame_dedup = dedup
+        # the public names (SB3's and sb3-extra-buffers'), read by users
+        self.compression_method = get_codec(self.store_options.codec).name
+        self.chunk_len, self.frame_dedup = self.store_options.chunk_len, self.store_options.dedup
         self._stores = {}
         describe(self, extra, observation_space)
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)  # type: ignore[call-arg]
 
     def _make_stores(self) -> None:
-        opt = self.store_options
-        budget = device_budget(opt)
-        self._stores = {
-            key: FrameStore(
-                tuple(cast("tuple[int, ...]", get_obs_shape(sub))), sub.dtype, max(self.buffer_size, 1), self.n_envs, stacks_per_row=1,
-                chunk_len=opt.chunk_len, codec=opt.compression_method, cache=0, threads=opt.threads,
-                dedup=self.frame_dedup, axis_order=stack_axis_order(sub),
-                name="observations" if key is None else f"observations[{key}]",
-                device=opt.buffer_device, device_budget=budget,
-            )
-            for key, sub in subspaces(self.observation_space).items()
-        }
+        self._stores = make_frame_stores(self.observation_space, max(self.buffer_size, 1), self.n_envs, 1,
+                                    self._store_options())
+
+    def _store_options(self) -> StoreOptions:
+        """The buffer's StoreOptions (a 0.1.0 pickle's lacks ``dedup``: the buffer's ``frame_dedup`` is it)."""
+        return self.store_options.replace(dedup=self.frame_dedup)
 
     def _make_views(self) -> None:
         views = {

@@ -57,12 +57,13 @@ class FrameWrites:
     n_rows: int
     n_envs: int
     stacks_per_row: int
-    chunk_len: int
     dedup: bool
     axis_order: tuple[int, ...]
     name: str
 
     if TYPE_CHECKING:  # defined by FrameStore
+        @property
+        def chunk_len(self) -> int: ...
         @property
         def ring_frames(self) -> int: ...
         @property

@@ -30,8 +30,9 @@ from sb3_integration.engine.stacking import StackLayout
 __all__ = ["FAR", "STATE_VERSION", "UNWRITTEN", "WRAP", "FrameStoreState", "check_own_state",
            "check_state", "check_streams", "far_array", "pickle_state", "unpickle_state"]
 
-#: version of a pickled frame store (1: 0.1.0's pickled ``__dict__``)
-STATE_VERSION = 2
+#: version of a pickled frame store (1: 0.1.0's pickled ``__dict__``; 2: a config of FrameStore's keywords
+#: before it took one StoreOptions, still read; 3: the config holds the StoreOptions fields)
+STATE_VERSION = 3
 #: the ``pad`` of a stack never written: more padding than any stack has frames
 UNWRITTEN = 255
 #: a ``delta`` too large for a uint8: the frame number is kept aside

@@ -64,9 +64,8 @@ decodes the frames and assembles the stacks (:mod:`sb3_integration.engine.device
 no device data is read on the host. Its state (:meth:`FrameStore.state_dict`) holds
 the frames as a host snapshot encoded with ``codec``, so files and pickles are the
 same as a host store's, and :meth:`FrameStore.load_state_dict` puts them back on the
-device. ``device_budget`` caps the device bytes of record segments (an int, or a
-:class:`~chunkstore.device.heap.DeviceBudget` shared by several stores); past it the
-oldest segments move to host RAM and are still read.
+device. ``options.budget_bytes`` (or ``budget``, a shared :class:`~chunkstore.device.heap.DeviceBudget`)
+caps the device bytes of record segments; past it the oldest segments move to host RAM, still read.
 
 The buffers' seam. What a buffer asks of a frame store is :class:`FrameStoreAPI`
 (put a row, release, gather, clear, state in and out, close, sizes); the buffers
@@ -84,13 +83,13 @@ Reads and writes hold the store's lock in ``with`` blocks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from chunkstore import ChunkedArray, LRUChunkCache, Tier
-from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC, ArraySnapshot
+from chunkstore.array import ArraySnapshot
 from chunkstore.device import DeviceArray
 from sb3_integration.engine._frame_writes import DETECT_MAX_PUTS, FrameWrites, _native_writer
 from sb3_integration.engine._outputs import OutputBlocks
@@ -112,6 +111,7 @@ from sb3_integration.engine.frame_state import (
     pickle_state,
     unpickle_state,
 )
+from sb3_integration.engine.options import StoreOptions
 from sb3_integration.engine.stacking import (
     StackLayout,
     bitwise_comparable,
@@ -135,9 +135,6 @@ __all__ = [
 #: frames per row the ring starts with: Atari stacks share all but one frame, and each
 #: episode adds one more (its first frame); the ring grows by half when that is short
 _START_FRAMES_PER_ROW = 1.25
-#: the config a store is rebuilt from (a pickle holds it beside the state)
-_CONFIG = ("obs_shape", "dtype", "n_rows", "n_envs", "stacks_per_row", "chunk_len", "codec", "tier", "cache",
-           "threads", "dedup", "axis_order", "name", "device", "device_budget")
 
 
 class FrameStore(FrameWrites):
@@ -152,24 +149,20 @@ class FrameStore(FrameWrites):
     stacks_per_row
         How many kinds of stack a row holds (2 for a replay buffer: obs and next
         obs; 1 for a rollout buffer).
-    chunk_len, codec, tier, cache, threads
-        Passed to the :class:`~chunkstore.ChunkedArray` of frames. ``tier`` is a
-        Tier (shared, not closed here: its giver closes it) or a zero-argument
-        factory (the store's own tier, closed by :meth:`close`).
-    dedup
-        False stores every stack whole and fresh (no sharing), for comparison.
+    options
+        How the frames are kept, whole (:class:`~sb3_integration.engine.options.StoreOptions`,
+        default ``StoreOptions()``; its fields given as keywords, ``chunk_len=16``, replace
+        its own). ``tier``, a Tier, is shared (its giver closes it); a factory's tier is the
+        store's own. With ``device`` the frames are a :class:`~chunkstore.device.DeviceArray`
+        there and :meth:`gather` returns tensors (``codec`` then encodes saved states only).
     axis_order
         Axes tried for stacking, best guess first (default: last, then 0).
     name
         Shown in errors and :meth:`info`.
-    device
-        None (default): frames in host memory (a ChunkedArray on ``tier``). A torch
-        device: frames in a :class:`~chunkstore.device.DeviceArray` there, and
-        :meth:`gather` returns tensors on it (``tier``, ``cache`` and ``threads`` then
-        do not apply; ``codec`` encodes the frames of a saved or pickled state).
-    device_budget
-        With ``device``: the most bytes of record segments kept on the device (an
-        int, a shared :class:`~chunkstore.device.heap.DeviceBudget`, or None: no limit).
+    cache, budget
+        What several stores of one buffer share: a :class:`~chunkstore.LRUChunkCache`
+        (default: a cache of ``options.cache_bytes`` of their own, none at 0) and a
+        :class:`~chunkstore.device.heap.DeviceBudget` (default: ``options.budget_bytes``).
 
     Examples
     --------
@@ -190,17 +183,13 @@ class FrameStore(FrameWrites):
         n_rows: int,
         n_envs: int = 1,
         *,
+        options: StoreOptions | None = None,
         stacks_per_row: int = 2,
-        chunk_len: int = DEFAULT_CHUNK_LEN,
-        codec: Any = DEFAULT_CODEC,
-        tier: Tier | Callable[[], Tier] | None = None,
-        cache: LRUChunkCache | int | None = 0,
-        threads: int | None = None,
-        dedup: bool = True,
         axis_order: Sequence[int] = (-1, 0),
         name: str = "observations",
-        device: Any = None,
-        device_budget: Any = None,
+        cache: LRUChunkCache | int | None = None,
+        budget: Any = None,
+        **fields: Any,
     ) -> None:
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.dtype = np.dtype(dtype)
@@ -208,14 +197,16 @@ class FrameStore(FrameWrites):
         self.stacks_per_row = int(stacks_per_row)
         if min(self.n_rows, self.n_envs, self.stacks_per_row) < 1:
             raise ValueError(f"{name}: n_rows, n_envs and stacks_per_row must be >= 1")
-        self.chunk_len = int(chunk_len)
-        if self.chunk_len < 1:
-            raise ValueError(f"{name}: chunk_len must be >= 1, got {chunk_len}")
-        self.codec, self.tier, self.cache, self.threads = codec, tier, cache, threads
-        self.dedup = bool(dedup) and bitwise_comparable(self.dtype)
+        budget = fields.pop("device_budget", None) if budget is None else budget
+        opts = StoreOptions.merge(options, fields, None if isinstance(cache, LRUChunkCache) else cache, "FrameStore")
+        if isinstance(opts.chunk_len, bool) or not isinstance(opts.chunk_len, (int, np.integer)) or opts.chunk_len < 1:
+            raise ValueError(f"{name}: chunk_len must be >= 1 (an int), got {opts.chunk_len!r}")
+        self.options = opts.replace(chunk_len=int(opts.chunk_len), device=check_device(opts.device, self.dtype, name))
+        self.cache = cache if isinstance(cache, LRUChunkCache) else self.options.cache_bytes
+        self.budget = self.options.budget_bytes if budget is None else budget
+        self.dedup = bool(self.options.dedup) and bitwise_comparable(self.dtype)  # floats by bits, or no sharing
         self.axis_order = tuple(axis_order)
         self.name = name
-        self.device, self.device_budget = check_device(device, self.dtype, name), device_budget
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
         self._closed = False
         self.__dict__.update(self._blank())
@@ -255,6 +246,12 @@ class FrameStore(FrameWrites):
             "last": None if layout is None else np.zeros((n, *self.obs_shape), self.dtype),
         }
 
+    chunk_len = property(lambda self: self.options.chunk_len, doc="Frames per chunk.")
+    codec = property(lambda self: self.options.codec, doc="Codec of the frames (of a device store's saved state).")
+    tier = property(lambda self: self.options.tier, doc="Tier of a host store's chunks, or a factory of one.")
+    threads = property(lambda self: self.options.threads, doc="Threads sharing one batch's chunks.")
+    device = property(lambda self: self.options.device, doc="torch device of the frames (None: host memory).")
+
     @property
     def ring_frames(self) -> int:
         """Frames per env region of the ring (0 before the layout is known)."""
@@ -278,7 +275,7 @@ class FrameStore(FrameWrites):
     def _new_frames(self, layout: StackLayout, ring_frames: int) -> ChunkedArray | DeviceArray:
         if self.device is not None:
             return DeviceArray(ring_frames * self.n_envs, layout.frame_shape, self.dtype, chunk_len=self.chunk_len,
-                               device=self.device, budget_bytes=self.device_budget, name=f"{self.name}.frames",
+                               device=self.device, budget_bytes=self.budget, name=f"{self.name}.frames",
                                max_open=self.n_envs + 1)
         tier = self._make_tier()
         return ChunkedArray(
@@ -569,7 +566,7 @@ class FrameStore(FrameWrites):
             return frames
         # a ChunkedArray (a loaded file's) is read, not kept: not closed either, since the arrays of
         # one file share its mapping; it is released with the last of them
-        return DeviceArray.from_state(frames, device=self.device, budget_bytes=self.device_budget,
+        return DeviceArray.from_state(frames, device=self.device, budget_bytes=self.budget,
                                       name=f"{self.name}.frames", max_open=self.n_envs + 1)
 
     def share_cache(self, cache: LRUChunkCache | int) -> None:
@@ -580,12 +577,14 @@ class FrameStore(FrameWrites):
 
     # -- pickling: compressed chunks and small arrays, through the state -------------
     def _config(self) -> dict[str, Any]:
-        config = {name: getattr(self, name) for name in _CONFIG}
-        config["tier"] = None  # a tier is live storage; the pickle holds the chunks themselves
-        if isinstance(config["cache"], LRUChunkCache):
-            config["cache"] = config["cache"].max_bytes
-        config["device"] = None if self.device is None else str(self.device)
-        return config
+        """A pickle's config beside the state: geometry, budget (one buffer pickle shares it) and options' fields
+        (no tier: the pickle holds the chunks themselves; the cache's size; the device by name)."""
+        cache = self.cache.max_bytes if isinstance(self.cache, LRUChunkCache) else self.cache
+        options = self.options.replace(tier=None, cache_bytes=int(cache or 0),
+                                       device=None if self.device is None else str(self.device))
+        return {"obs_shape": self.obs_shape, "dtype": self.dtype, "n_rows": self.n_rows, "n_envs": self.n_envs,
+                "stacks_per_row": self.stacks_per_row, "axis_order": self.axis_order, "name": self.name,
+                "budget": self.budget, **options.as_dict()}
 
     def __getstate__(self) -> dict[str, Any]:
         with self.state_dict() as state:
@@ -595,5 +594,6 @@ class FrameStore(FrameWrites):
         config, state = unpickle_state(data)
         init = {k: config.pop(k) for k in ("obs_shape", "dtype", "n_rows")}
         config["device"] = available_device(config.get("device"), config.get("name", "observations"))
-        self.__init__(**init, **config)  # type: ignore[misc]
+        self.__init__(**init, **config)  # type: ignore[misc]  # a version-2 config: the old keywords
         self.load_state_dict(state)
+

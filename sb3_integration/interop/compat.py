@@ -22,14 +22,14 @@ chunkstore's native read path.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from typing import Any
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
 
-from chunkstore import Codec
 from sb3_integration.buffers.options import check_positive_or_none
 from sb3_integration.buffers.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
 from sb3_integration.buffers.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
@@ -171,15 +171,40 @@ class CompressedArray:
 
 
 # == sb3-extra-buffers' GPU buffer names ==================================================
-def _gpu_options(self: Any, device: Any, buffer_device: Any, heap_bytes: int | None,
-                 max_slot_bytes: int | None) -> th.device:
-    """Check and keep sb3-extra-buffers' GPU arguments; the frames' device (default: ``device``)."""
+#: what the GPU buffers take after their base's named arguments, in sb3-extra-buffers' order
+_GPU_ARGUMENTS = ("buffer_device", "heap_bytes", "max_slot_bytes")
+
+
+@functools.cache
+def _gpu_signature(base: type) -> inspect.Signature:
+    """``base.__init__``'s signature with :data:`_GPU_ARGUMENTS` after its named arguments.
+
+    Derived, not written out: a GPU buffer takes exactly what its base takes (the store
+    options through the base's ``**kwargs``, checked there) plus ``max_slot_bytes``, and
+    ``buffer_device``/``heap_bytes`` also by position.
+    """
+    sig = inspect.signature(base.__init__)  # type: ignore[misc]
+    params = list(sig.parameters.values())
+    rest = [p for p in params if p.kind is p.VAR_KEYWORD]
+    named = [p for p in params if p.kind is not p.VAR_KEYWORD]
+    gpu = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for n in _GPU_ARGUMENTS]
+    return sig.replace(parameters=[*named, *gpu, *rest])
+
+
+def _gpu_init(self: Any, base: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run ``base.__init__`` with the frames on ``buffer_device`` (default: the buffer's ``device``)."""
+    bound = _gpu_signature(base).bind(self, *args, **kwargs)
+    given = dict(bound.arguments)
+    given.pop("self")
+    store = given.pop(next(iter(p for p in bound.signature.parameters.values() if p.kind is p.VAR_KEYWORD)).name, {})
+    buffer_device, heap_bytes, max_slot_bytes = (given.pop(n, None) for n in _GPU_ARGUMENTS)
     check_positive_or_none("heap_bytes", heap_bytes)
     check_positive_or_none("max_slot_bytes", max_slot_bytes)
     self.heap_bytes, self.max_slot_bytes = heap_bytes, max_slot_bytes
     from stable_baselines3.common.utils import get_device
 
-    return th.device(buffer_device) if buffer_device is not None else get_device(device)
+    where = th.device(buffer_device) if buffer_device is not None else get_device(given.get("device", "auto"))
+    base.__init__(self, **given, buffer_device=where, heap_bytes=heap_bytes, **store)  # type: ignore[misc]
 
 
 class GpuReplayBuffer(CompressedReplayBuffer):
@@ -215,19 +240,8 @@ class GpuReplayBuffer(CompressedReplayBuffer):
     heap_bytes: int | None
     max_slot_bytes: int | None
 
-    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
-                 device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
-                 handle_timeout_termination: bool = True, dtypes: Any = None, normalize_images: bool = False,
-                 compression_method: str | Codec | None = None,
-                 compression_kwargs: dict[str, Any] | None = None,
-                 decompression_kwargs: dict[str, Any] | None = None, output_dtype: str = "raw",
-                 buffer_device: th.device | str | None = None, heap_bytes: int | None = None,
-                 max_slot_bytes: int | None = None, **store_options: Any) -> None:
-        where = _gpu_options(self, device, buffer_device, heap_bytes, max_slot_bytes)
-        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-                         handle_timeout_termination, dtypes, normalize_images, compression_method,
-                         compression_kwargs, decompression_kwargs, output_dtype, buffer_device=where,
-                         heap_bytes=heap_bytes, **store_options)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _gpu_init(self, CompressedReplayBuffer, args, kwargs)
 
     def _extra_file_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         kwargs, arrays = super()._extra_file_state()
@@ -254,14 +268,9 @@ class GpuRolloutBuffer(CompressedRolloutBuffer):
     device(type='cpu')
     """
 
-    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
-                 device: th.device | str = "auto", gae_lambda: float = 1, gamma: float = 0.99, n_envs: int = 1,
-                 dtypes: Any = None, normalize_images: bool = False, compression_method: str | Codec | None = None,
-                 compression_kwargs: dict[str, Any] | None = None,
-                 decompression_kwargs: dict[str, Any] | None = None,
-                 buffer_device: th.device | str | None = None, heap_bytes: int | None = None,
-                 max_slot_bytes: int | None = None, **store_options: Any) -> None:
-        where = _gpu_options(self, device, buffer_device, heap_bytes, max_slot_bytes)
-        super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs,
-                         dtypes, normalize_images, compression_method, compression_kwargs,
-                         decompression_kwargs, buffer_device=where, heap_bytes=heap_bytes, **store_options)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _gpu_init(self, CompressedRolloutBuffer, args, kwargs)
+
+
+for _gpu, _base in ((GpuReplayBuffer, CompressedReplayBuffer), (GpuRolloutBuffer, CompressedRolloutBuffer)):
+    setattr(_gpu.__init__, "__signature__", _gpu_signature(_base))  # what inspect.signature shows  # noqa: B010

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from chunkstore import ChunkedArray
+from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from chunkstore.codecs import Codec, TrainableCodec, get_codec
 from chunkstore.hdf5 import chunk_spans, verify
 from chunkstore.hdf5 import load as load_store
@@ -53,8 +54,8 @@ def import_dqn_replay(
     stack_size: int = 4,
     update_horizon: int = 1,
     gamma: float = 0.99,
-    chunk_len: int = 4,
-    codec: str | Codec = "zstd3+dict",
+    chunk_len: int = DEFAULT_CHUNK_LEN,
+    codec: str | Codec = DEFAULT_CODEC,
     progress: bool = True,
     keep_parts: bool = False,
 ) -> str:

@@ -25,6 +25,7 @@ import numpy as np
 from gymnasium import spaces
 
 from chunkstore import ChunkedArray
+from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from chunkstore.hdf5 import load as load_store
 from chunkstore.hdf5 import save as save_store
 from sb3_integration.offline._minari_export import replay_buffer_episodes, replay_buffer_to_minari
@@ -102,8 +103,8 @@ def _nest_infos(flat: dict[str, np.ndarray]) -> dict[str, Any]:
 def _array(capacity: int, shape: tuple[int, ...], dtype: Any, name: str) -> ChunkedArray:
     item = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     image = item >= IMAGE_BYTES
-    return ChunkedArray(max(1, capacity), shape, dtype, chunk_len=4 if image else 1024,
-                        codec="zstd3+dict" if image else "zstd3", name=name)
+    return ChunkedArray(max(1, capacity), shape, dtype, chunk_len=DEFAULT_CHUNK_LEN if image else 1024,
+                        codec=DEFAULT_CODEC if image else "zstd3", name=name)
 
 
 # -- the store -------------------------------------------------------------------------

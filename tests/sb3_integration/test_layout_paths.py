@@ -82,7 +82,8 @@ def test_new_pickles_name_the_new_paths():
     modules = {m for m, _ in rec.names if m.startswith("sb3_integration")}
     assert "sb3_integration.buffers.replay" in modules
     assert modules <= {f"sb3_integration.{new}" for new in
-                       ("buffers.replay", "buffers.options", "engine.frames", "engine.stacking")}, modules
+                       ("buffers.replay", "buffers.options", "engine.frames", "engine.options", "engine.stacking")},\
+        modules
 
 
 def _same_objects(old: str) -> None:

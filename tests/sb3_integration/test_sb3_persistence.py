@@ -212,8 +212,8 @@ def test_saved_state_covers_every_attribute():
 
     from sb3_integration.frames import FrameStoreState
 
-    rebuilt = {"chunk_len", "codec", "tier", "cache", "threads", "axis_order", "name", "_lock", "_closed",
-               "device", "device_budget",  # where the frames live: the constructor's, not the state's
+    rebuilt = {"options",  # codec, chunk_len, tier, threads, dedup, device, budget_bytes: the constructor's
+               "cache", "budget", "axis_order", "name", "_lock", "_closed",
                "_undo"}  # where the owner's current try began: nothing to undo in a loaded store
     derived = {"ring_frames"}  # from the frame array's capacity
     state_to_attr = {"pending": "_pending"}
