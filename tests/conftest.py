@@ -18,6 +18,10 @@ from sb3_integration import (
     CompressedReplayBuffer,
 )
 
+# imported here, not in a helper: the module defines @given tests, and importing it first
+# inside a @given test trips Hypothesis' nested_given health check
+from sb3_integration.testing import stack_stream
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))  # the one Atari collector
 from atari_data import collect_stacked
 
@@ -97,8 +101,6 @@ def collect_atari(game, n_steps, n_envs=1, seed=0, channels_last=False, max_epis
 
 def frame_stack_stream(T, n_envs, k=4, frame=(1, 6, 5), channels_last=False, ep_len=11, dtype=np.uint8, seed=0):
     """(obs, next_obs) pairs as VecFrameStack + SB3's _store_transition produce them."""
-    from sb3_integration.testing import stack_stream
-
     return stack_stream(T, n_envs, k=k, frame=frame, channels_last=channels_last, ep_len=ep_len, dtype=dtype,
                         seed=seed, high=200)
 
