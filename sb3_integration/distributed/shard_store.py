@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore import ChunkedArray, Codec
+from chunkstore.array import DEFAULT_CHUNK_LEN
 from sb3_integration.distributed.options import number
 from sb3_integration.distributed.shard_checkpoint import SHARD_FORMAT, ShardCheckpoints
 from sb3_integration.distributed.shard_priority import ShardPriorities
@@ -76,7 +77,7 @@ class StoreSpec:
     obs_dtype: Any
     action_shape: tuple[int, ...]
     action_dtype: Any
-    chunk_len: int = 4
+    chunk_len: int = DEFAULT_CHUNK_LEN
     threads: int | None = None
     priority_alpha: float | None = None  # None: uniform sampling; else shards keep (p + epsilon) ** alpha
     priority_epsilon: float = 1e-6

@@ -21,20 +21,20 @@ from __future__ import annotations
 import time
 import warnings
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from chunkstore import Codec
+from chunkstore.array import DEFAULT_CHUNK_LEN
 from chunkstore.codecs import TrainableCodec
 from sb3_integration.buffers.observations import coerce_obs
 from sb3_integration.distributed import options, remote
+from sb3_integration.distributed.remote import ShardLostError
+from sb3_integration.distributed.service import ReplayService
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, pack_rows, row_dtype
 from sb3_integration.engine.frames import NEXT, OBS, FrameStore
 from sb3_integration.engine.stacking import StackLayout
-
-if TYPE_CHECKING:
-    from sb3_integration.distributed.service import ReplayService
 
 __all__ = ["ChunkWriter", "DataLossWarning", "ReplayWriter", "ShardLostError"]
 
@@ -43,10 +43,6 @@ TRAIN_BYTES = 4 << 20
 #: every this many messages, a writer with the shared dictionary checks that it beats plain zstd
 #: on its own frames (a service shared by games keeps the first trainer's dictionary)
 RECHECK_EVERY = 64
-
-
-class ShardLostError(RuntimeError):
-    """A writer's shard did not come back within the writer's restart timeout."""
 
 
 class DataLossWarning(RuntimeWarning):
@@ -81,7 +77,7 @@ class ChunkWriter:
 
     def __init__(self, writer_id: int, obs_shape: tuple[int, ...], obs_dtype: Any,
                  action_shape: tuple[int, ...], action_dtype: Any, n_envs: int = 1, *,
-                 chunk_len: int = 4, codec: Codec, codec_version: int = 0,
+                 chunk_len: int = DEFAULT_CHUNK_LEN, codec: Codec, codec_version: int = 0,
                  layout: StackLayout | None = None, axis_order: tuple[int, ...] = (0, -1),
                  flush_every: int = 256) -> None:
         flush_every = options.count("flush_every", flush_every)
@@ -329,8 +325,6 @@ class ReplayWriter:
     def __init__(self, service: ReplayService | str, n_envs: int = 1, *, flush_every: int = 256,
                  timeout: float | None = None, restart_timeout: float = 60.0, train: bool = True,
                  retain_bytes: int = 256 << 20) -> None:
-        from sb3_integration.distributed.service import ReplayService
-
         self.n_envs, self.flush_every = options.count("n_envs", n_envs), options.count("flush_every", flush_every)
         timeout = options.seconds("timeout", timeout)
         restart_timeout = options.number("restart_timeout", restart_timeout, minimum=0.0)
