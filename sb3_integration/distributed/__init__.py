@@ -24,13 +24,12 @@ Ray is imported only by the modules that need it (``pip install chunkstore[distr
 from __future__ import annotations
 
 from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter, RateLimiterTimeout
-from sb3_integration.distributed.remote import ServiceUnavailableError
+from sb3_integration.distributed.remote import ServiceUnavailableError, ShardLostError
 from sb3_integration.distributed.shard_store import ShardStore, StoreSpec
 from sb3_integration.distributed.writer import (
     ChunkWriter,
     DataLossWarning,
     ReplayWriter,
-    ShardLostError,
 )
 
 __all__ = [
