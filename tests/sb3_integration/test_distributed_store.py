@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstore import get_codec
+from chunkstore.array import _training
 from sb3_integration.distributed import ChunkWriter, ShardStore, StoreSpec
 from sb3_integration.distributed import shard_store as shard_store_mod
 from sb3_integration.distributed import writer as writer_mod
@@ -157,7 +158,7 @@ def test_writers_into_a_shard_match_a_numpy_model(dtype, n_envs, n_writers, capa
 
 
 def test_a_trained_dictionary_arriving_midway_reads_back_exactly(monkeypatch):
-    monkeypatch.setattr(writer_mod, "TRAIN_BYTES", 64 << 10)
+    monkeypatch.setattr(_training, "TRAIN_AFTER_BYTES", 64 << 10)  # the one rule: chunkstore.array's
     rng = np.random.default_rng(1)
     obs_shape = (4, 32, 32)
     _spec, store = make(400, obs_shape, "uint8", 4, "zstd3+dict")
