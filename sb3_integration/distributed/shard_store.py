@@ -45,12 +45,16 @@ import numpy as np
 from chunkstore import ChunkedArray, Codec
 from chunkstore.array import DEFAULT_CHUNK_LEN
 from sb3_integration.distributed.options import number
-from sb3_integration.distributed.shard_checkpoint import SHARD_FORMAT, ShardCheckpoints
+from sb3_integration.distributed.shard_checkpoint import (
+    SHARD_FORMAT,
+    ShardCheckpoints,
+    ShardStoreState,
+)
 from sb3_integration.distributed.shard_priority import ShardPriorities
 from sb3_integration.distributed.wire import InsertMessage, SampleReply, row_dtype, unpack_rows
 from sb3_integration.engine.stacking import StackLayout
 
-__all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "StoreSpec"]
+__all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "ShardStoreState", "StoreSpec"]
 
 NONE = np.uint32(0xFFFFFFFF)  # a stack with no stored frame (all zeros)
 _GROWTH = 1.5
@@ -543,8 +547,11 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
             picked = (self.tail + rng.integers(0, size, n)) % self.ring if n else np.zeros(0, np.int64)
             return self.read(picked, decode=decode)
 
-    def _restore_streams(self, table: np.ndarray, slots: np.ndarray) -> None:
-        self.streams, self._stream_ids, at = [], {}, 0
+    def _streams_from(self, table: np.ndarray, slots: np.ndarray) -> tuple[list[_Stream], dict[tuple[int, int], int]]:
+        """The streams of a state's table (writer, env, lo, hi, live rows, closed) and their slots."""
+        streams: list[_Stream] = []
+        ids: dict[tuple[int, int], int] = {}
+        at = 0
         for writer, env, lo, hi, live, closed in table.tolist():
             st = _Stream(writer, env)
             st.base = st.lo = lo
@@ -552,6 +559,7 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
             st.slots = np.zeros(max(16, hi - lo), np.int64)
             st.slots[:hi - lo] = slots[at:at + hi - lo]
             at += hi - lo
-            self._stream_ids[(writer, env)] = len(self.streams)
-            self.streams.append(st)
+            ids[(writer, env)] = len(streams)
+            streams.append(st)
+        return streams, ids
 
