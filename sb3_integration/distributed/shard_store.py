@@ -31,6 +31,21 @@ Weight. :meth:`ShardStore.weight` is the shard's sampling mass: its transition c
 under uniform sampling, the sum of its priority masses when the spec has ``priority_alpha``
 (:mod:`~sb3_integration.distributed.shard_priority`). Learners split a batch over shards
 in proportion to it, so a transition's probability is the same whichever shard holds it.
+
+Why not the frame engine's index (:class:`~sb3_integration.engine.frames.FrameStore`). The
+engine's index is one owner's: a fixed grid of ``(row, env)`` descriptors written in row
+order, each env's frames at fixed ring positions (item ``e * F + g % F``), freed by the
+owner's ``release_before`` as it overwrites rows, and frames it deduplicates and encodes
+itself. A shard has none of that: it adopts chunks already encoded, from writers (and
+envs) that come, end and restart at any time, into whichever pool slot is free (so a
+stream's chunks are found through :class:`_Stream` and ``slot_prev``, not by position);
+its rows come interleaved from all streams into one FIFO ring and leave by the service's
+global stamp; and it never sees a raw frame. What is shared: the writers' side *is* the
+engine (:class:`~sb3_integration.distributed.writer.ChunkWriter` stages in a FrameStore,
+whose stream frame numbers the records carry), the stack geometry
+(:class:`~sb3_integration.engine.stacking.StackLayout`), the chunk pool
+(:class:`~chunkstore.ChunkedArray`, its snapshots) and the state protocol
+(:mod:`~sb3_integration.distributed.shard_checkpoint`).
 """
 
 from __future__ import annotations
