@@ -55,8 +55,8 @@ class ShardStoreState:
     lo, hi, live rows, closed) with their slots, and ``applied`` (``(n, 2)``: writer, seq);
     ``priority`` a prioritized shard's index (``priority/masses``, ``/generations``,
     ``/max``; empty for a uniform one or a version 2 file); ``frames`` the chunk pool (None
-    until a writer's layout is known): a ChunkedArray (from a file) or an ArraySnapshot
-    (from a live store).
+    until a writer's layout is known): a ChunkedArray (from a file), an ArraySnapshot
+    (from a live store) or a ChunkedArray's plain state (from a pickle).
     """
 
     version: int
@@ -67,7 +67,7 @@ class ShardStoreState:
     rows: dict[str, np.ndarray]
     tables: dict[str, np.ndarray]
     priority: dict[str, np.ndarray] = field(default_factory=dict)
-    frames: ChunkedArray | ArraySnapshot | None = None
+    frames: ChunkedArray | ArraySnapshot | dict[str, Any] | None = None
 
     @property
     def applied(self) -> dict[int, int]:
@@ -213,6 +213,24 @@ class ShardCheckpoints:
         with self.state_dict() as state:
             write_state(path, state)
 
+    # -- pickling: the constructor's arguments and the state, plain data ---------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickle of this store (as a frame store's): ``version``, ``config`` and its ``state``."""
+        with self.state_dict() as state:
+            data = {name: getattr(state, name) for name in state.__dataclass_fields__}
+            if isinstance(state.frames, ArraySnapshot):
+                data["frames"] = state.frames.materialize()
+        config = {"spec": self.spec, "codec": self.codec, "codec_version": self.codec_version, "name": self.name}
+        return {"version": SHARD_FORMAT_VERSION, "config": config, "state": data}
+
+    def __setstate__(self, data: dict[str, Any]) -> None:
+        if data.get("version", 0) > SHARD_FORMAT_VERSION:
+            raise ValueError(f"this shard store was pickled by a newer sb3_integration (state version "
+                             f"{data.get('version')}; this one reads up to {SHARD_FORMAT_VERSION})")
+        c = data["config"]
+        self.__init__(c["spec"], c["codec"], c["codec_version"], name=c["name"])  # type: ignore[misc]
+        self.load_state_dict(ShardStoreState(**data["state"]))
+
     # -- state in -----------------------------------------------------------------------
     def restore(self, path: str) -> None:
         """Become the checkpoint at ``path`` (FormatError when it is not one of this geometry)."""
@@ -231,11 +249,17 @@ class ShardCheckpoints:
         A frames ChunkedArray in the state is adopted as it is; a snapshot is copied
         into a new array.
         """
-        new = self._check_state(state)
-        new["priorities"] = self._state_priorities(state)
-        frames = state.frames
-        if isinstance(frames, ArraySnapshot):
-            frames = ChunkedArray.from_state(frames)
+        if not isinstance(state, ShardStoreState):
+            raise TypeError(f"state must be a ShardStoreState (from state_dict()), got {type(state).__name__}")
+        given = state.frames
+        frames = ChunkedArray.from_state(given) if isinstance(given, (ArraySnapshot, dict)) else given
+        try:
+            new = self._check_state(state, frames)
+            new["priorities"] = self._state_priorities(state)
+        except BaseException:
+            if frames is not given and frames is not None:
+                frames.close()  # built here from a snapshot or a pickle: nobody else holds it
+            raise
         if frames is not None:
             frames.max_open = 1
             new["frames"], new["codec"] = frames, frames.codec
@@ -246,10 +270,8 @@ class ShardCheckpoints:
                 old.close()
             self._shift_generations()
 
-    def _check_state(self, state: ShardStoreState) -> dict[str, Any]:
+    def _check_state(self, state: ShardStoreState, frames: ChunkedArray | None) -> dict[str, Any]:
         """The attributes ``state`` gives this store; ValueError where it does not fit."""
-        if not isinstance(state, ShardStoreState):
-            raise TypeError(f"state must be a ShardStoreState (from state_dict()), got {type(state).__name__}")
         if state.version not in _READS:
             raise ValueError(f"a shard state of version {state.version}, this version reads "
                              f"{' and '.join(map(str, _READS))}")
@@ -272,9 +294,8 @@ class ShardCheckpoints:
             raise ValueError("the slot and stream tables do not agree")
         if int((t["streams"][:, 3] - t["streams"][:, 2]).sum()) != len(t["stream_slots"]):
             raise ValueError("the streams' chunk counts do not match their slots")
-        if (state.layout is None) != (state.frames is None) or (
-                state.frames is not None and state.frames.capacity != slots * self.L):
-            raise ValueError(f"frames of {None if state.frames is None else state.frames.capacity} items do not "
+        if (state.layout is None) != (frames is None) or (frames is not None and frames.capacity != slots * self.L):
+            raise ValueError(f"frames of {None if frames is None else frames.capacity} items do not "
                              f"fit {slots} slots of {self.L}")
         streams, ids = self._streams_from(t["streams"], t["stream_slots"])
         return {"rows": {k: state.rows[k] for k in _ROW_FIELDS}, **{k: int(c[k]) for k in

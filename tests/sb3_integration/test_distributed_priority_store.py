@@ -162,6 +162,19 @@ def test_checkpoints_keep_priorities_and_version_2_files_load_at_mass_1(tmp_path
     assert plain.size() == 100 and plain.weight() == 100.0
 
 
+def test_a_state_or_a_pickle_keeps_the_priorities():
+    import pickle
+
+    st = store(100)
+    Feeder(st, seed=6).feed(130)
+    with st.state_dict() as state:
+        back = store(100)
+        back.load_state_dict(state)
+    for other in (back, pickle.loads(pickle.dumps(st))):
+        np.testing.assert_array_equal(other.priority_masses(), st.priority_masses())
+        assert other.priorities.max == st.priorities.max and other.weight() == st.weight()
+
+
 def test_a_uniform_store_refuses_prioritized_calls():
     plain = ShardStore(StoreSpec(10, SHAPE, "uint8", (1,), np.int64), get_codec("zstd3"), 0)
     with pytest.raises(ValueError, match="not prioritized"):

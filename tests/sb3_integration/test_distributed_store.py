@@ -528,3 +528,22 @@ def test_a_checkpoint_file_is_its_state_written(tmp_path):
     _, back = make(30, obs_shape, "uint8", 4)
     back.load_state_dict(read)
     check_store(back, model)
+
+
+def test_a_pickled_shard_store_is_its_state_and_loads_back_identical():
+    rng = np.random.default_rng(15)
+    obs_shape = (4, 6, 6)
+    _spec, store = make(30, obs_shape, "uint8", 4)
+    model: list = []
+    feed(store, [ChunkWriter(1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)],
+         [stacked_steps(rng, 45, 1, 4, (1, 6, 6), "uint8", False)], model, rng)
+    data = store.__getstate__()
+    assert data["version"] == shard_checkpoint.SHARD_FORMAT_VERSION and isinstance(data["state"]["frames"], dict)
+    back = pickle.loads(pickle.dumps(store))
+    check_store(back, model)
+    assert back.applied == store.applied and back.horizon == store.horizon
+    empty = pickle.loads(pickle.dumps(make(30, obs_shape, "uint8", 4)[1]))
+    assert empty.size() == 0 and empty.frames is None
+    data["version"] += 1
+    with pytest.raises(ValueError, match="newer"):
+        ShardStore.__new__(ShardStore).__setstate__(data)
