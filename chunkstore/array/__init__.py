@@ -2,7 +2,8 @@
 
 One role per module: :mod:`._table` (where each chunk is), :mod:`._write` (open
 chunks, sealing, renumbering), :mod:`._read` (batched reads, native and Python),
-:mod:`._training` (codecs that learn from the data), :mod:`.protocol` (:class:`ItemArray`,
+:mod:`._training` (codecs that learn from the data: the one rule, :func:`should_train` and
+:func:`trained_codec`, which the Ray service's writers use too), :mod:`.protocol` (:class:`ItemArray`,
 the interface ChunkedArray and DeviceArray share), :mod:`.frontend` (their one write
 front-end), :mod:`._snapshot` (one moment of an array, for saves that do not stop the writer), :mod:`._core` (the
 class, sizes, repair after interrupts, ownership, state).
@@ -18,7 +19,13 @@ from chunkstore.array._core import (
 )
 from chunkstore.array._snapshot import ArraySnapshot
 from chunkstore.array._table import ChunkTable
-from chunkstore.array._training import TRAIN_AFTER_BYTES, TRAIN_MAX_ITEMS
+from chunkstore.array._training import (
+    TRAIN_AFTER_BYTES,
+    TRAIN_MAX_ITEMS,
+    should_train,
+    trained_codec,
+    wants_training,
+)
 from chunkstore.array.frontend import WriteFrontEnd
 from chunkstore.array.protocol import ItemArray
 from chunkstore.casting import lossless_cast
@@ -37,4 +44,7 @@ __all__ = [
     "ItemArray",
     "WriteFrontEnd",
     "lossless_cast",
+    "should_train",
+    "trained_codec",
+    "wants_training",
 ]

@@ -1,20 +1,32 @@
-"""Training a learning codec (``zstd3+dict``) on an array's own items.
+"""Training a learning codec (``zstd3+dict``) on the data: the one rule, for arrays and Ray writers.
 
-A codec that learns from the data is trained once :data:`TRAIN_AFTER_BYTES` of
-raw items are sealed; what was stored before is then re-encoded with the trained
-codec. The dictionary is trained on the even stored chunks and kept only if it
-beats the plain codec on the odd ones (held out): on some data (Breakout) a
-dictionary costs more than it saves. Decoded content is unchanged, so caches
-stay valid.
+When: :func:`should_train` -- once :data:`TRAIN_AFTER_BYTES` of raw items are sealed
+(an array) or drained (a Ray writer's frames, :mod:`sb3_integration.distributed.writer`).
+What: :func:`trained_codec` -- a dictionary trained on the even chunks (at most
+:data:`TRAIN_MAX_ITEMS` items), kept only if it beats the plain codec on the odd ones
+(held out); otherwise the plain codec: on some data (Breakout) a dictionary costs more
+than it saves. The same chunks give the same codec (zstd's trainer is deterministic),
+so a service's shared dictionary does not depend on timing, only on its first trainer's
+frames.
 
-A trained codec decodes what its untrained form wrote (a zstd dictionary decoder
-reads plain zstd frames), so the codec is switched first and the chunks are
-re-pointed one by one after: an interrupt anywhere leaves every chunk readable.
+An array then re-encodes what it stored with the trained codec (:func:`train`).
+Decoded content is unchanged, so caches stay valid. A trained codec decodes what its
+untrained form wrote (a zstd dictionary decoder reads plain zstd frames), so the codec
+is switched first and the chunks are re-pointed one by one after: an interrupt
+anywhere leaves every chunk readable. Changing the threshold changes only when a
+dictionary is trained, never how a stored chunk decodes.
+
+The threshold: ``tools/bench_dict_threshold.py`` (``results/bench_dict_threshold.json``)
+trains on the first 1 to 16 MiB of real Atari frames and compresses the frames after
+them; see the README's section on the Ray service for the figures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from chunkstore.codecs import Codec, TrainableCodec
 from chunkstore.tiers import ChunkRef
@@ -22,7 +34,7 @@ from chunkstore.tiers import ChunkRef
 if TYPE_CHECKING:
     from chunkstore.array._fields import ArrayFields
 
-__all__ = ["TRAIN_AFTER_BYTES", "TRAIN_MAX_ITEMS", "train", "wants_training"]
+__all__ = ["TRAIN_AFTER_BYTES", "TRAIN_MAX_ITEMS", "should_train", "train", "trained_codec", "wants_training"]
 
 #: a codec that learns from the data is trained once this many raw bytes are sealed
 TRAIN_AFTER_BYTES = 8 << 20
@@ -31,7 +43,36 @@ TRAIN_MAX_ITEMS = 4096
 
 
 def wants_training(codec: Codec) -> bool:
+    """Whether ``codec`` learns from the data and has not yet (an untrained ``zstd3+dict``)."""
     return isinstance(codec, TrainableCodec) and codec.wants_training
+
+
+def should_train(codec: Codec, raw_bytes: int) -> bool:
+    """Whether ``codec`` is trained now, ``raw_bytes`` of raw items having been stored (or sent)."""
+    return raw_bytes >= TRAIN_AFTER_BYTES and wants_training(codec)
+
+
+def trained_codec(codec: Codec, chunks: Mapping[int, np.ndarray]) -> Codec:
+    """The codec to use from now on, trained on ``chunks`` (chunk number -> its raw items).
+
+    A dictionary trained on the items of the even-numbered chunks (at most
+    :data:`TRAIN_MAX_ITEMS`; all chunks when none is even), if it encodes the odd ones
+    (all when none is odd) smaller than the plain codec does; else the plain codec
+    (``codec.untrained_equivalent()``, which reads what ``codec`` wrote untrained).
+    ``codec`` itself when it does not learn or ``chunks`` is empty.
+    """
+    if not isinstance(codec, TrainableCodec) or not chunks:
+        return codec
+    numbers = sorted(chunks)
+    held_out = [c for c in numbers if c % 2 == 1] or numbers
+    samples = [item for c in ([c for c in numbers if c % 2 == 0] or numbers) for item in chunks[c]]
+    new = codec.trained(samples[:TRAIN_MAX_ITEMS])
+    plain = codec.untrained_equivalent()
+    if wants_training(new) or new == plain:
+        return plain
+    with_dict = sum(len(new.encode(chunks[c])) for c in held_out)
+    without = sum(len(plain.encode(chunks[c])) for c in held_out)
+    return new if with_dict < without else plain
 
 
 def train(arr: ArrayFields) -> None:
@@ -39,20 +80,15 @@ def train(arr: ArrayFields) -> None:
     codec = arr.codec
     if not isinstance(codec, TrainableCodec):
         return
-    table = arr._table
-    stored = table.stored().tolist()
+    stored = arr._table.stored().tolist()
     blocks = {c: arr._decoded_copy(c) for c in stored}
-    held_out = [c for c in stored if c % 2 == 1] or stored
-    samples = [item for c in ([c for c in stored if c % 2 == 0] or stored) for item in blocks[c]]
-    new = codec.trained(samples[:TRAIN_MAX_ITEMS]) if samples else codec
-    if wants_training(new) or new == codec:
+    new = trained_codec(codec, blocks)
+    if new == codec:
         return
-    plain = codec.untrained_equivalent()
-    with_dict = sum(len(new.encode(blocks[c])) for c in held_out)
-    without = sum(len(plain.encode(blocks[c])) for c in held_out)
-    if with_dict >= without:
-        arr.codec = plain  # what the untrained codec wrote is plain zstd: nothing to re-encode
+    if not isinstance(new, TrainableCodec):
+        arr.codec = new  # the plain codec: what the untrained one wrote is plain zstd, nothing to re-encode
         return
+    table = arr._table
     refs: list[ChunkRef] = []
     try:  # every chunk re-encoded before any is replaced: a failed put changes nothing
         for c in stored:

@@ -345,7 +345,7 @@ class WritePath(WriteFrontEnd, ArrayFields):
         self._maybe_train()
 
     def _maybe_train(self) -> None:
-        if self._raw_sealed >= _training.TRAIN_AFTER_BYTES and _training.wants_training(self.codec):
+        if _training.should_train(self.codec, self._raw_sealed):
             _training.train(self)
 
     def _decoded_copy(self, c: int) -> np.ndarray:

@@ -6,7 +6,8 @@ as they are; learners sample uniformly over all shards through an SB3 buffer cla
 
 * :mod:`~sb3_integration.distributed.rate_limiter` -- Reverb's MinSize / SampleToInsertRatio (no Ray)
 * :mod:`~sb3_integration.distributed.wire` -- what travels between processes
-* :mod:`~sb3_integration.distributed.shard_store` -- one shard's store (no Ray); its checkpoints in
+* :mod:`~sb3_integration.distributed.shard_store` -- one shard's store (no Ray); its state in and out
+  (``state_dict`` / ``load_state_dict``, the frame store's protocol) and checkpoint files in
   :mod:`~sb3_integration.distributed.shard_checkpoint`
 * :mod:`~sb3_integration.distributed.writer` -- :class:`ChunkWriter` (no Ray), :class:`ReplayWriter`
 * :mod:`~sb3_integration.distributed.actors` -- the coordinator's and the shards' actor bodies
@@ -24,13 +25,12 @@ Ray is imported only by the modules that need it (``pip install chunkstore[distr
 from __future__ import annotations
 
 from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter, RateLimiterTimeout
-from sb3_integration.distributed.remote import ServiceUnavailableError
-from sb3_integration.distributed.shard_store import ShardStore, StoreSpec
+from sb3_integration.distributed.remote import ServiceUnavailableError, ShardLostError
+from sb3_integration.distributed.shard_store import ShardStore, ShardStoreState, StoreSpec
 from sb3_integration.distributed.writer import (
     ChunkWriter,
     DataLossWarning,
     ReplayWriter,
-    ShardLostError,
 )
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "ServiceUnavailableError",
     "ShardLostError",
     "ShardStore",
+    "ShardStoreState",
     "ShardUnavailableWarning",
     "StoreSpec",
     "start_local_ray",

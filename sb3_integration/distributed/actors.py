@@ -29,6 +29,7 @@ import numpy as np
 from chunkstore import Codec, get_codec
 from chunkstore.codecs import TrainableCodec
 from sb3_integration.distributed.rate_limiter import RateLimiter
+from sb3_integration.distributed.shard_checkpoint import write_state
 from sb3_integration.distributed.shard_store import MissingMessagesError, ShardStore, StoreSpec
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, SampleReply
 from sb3_integration.engine.stacking import StackLayout
@@ -284,11 +285,10 @@ class Shard:
             raise RuntimeError(f"{self.config.shard_name(self.index)} has no checkpoint_dir")
         with self._ckpt_lock:
             t0 = time.perf_counter()
-            snap = self.store.snapshot()
-            applied = {int(w): int(s) for w, s in snap["applied"].tolist()}
-            paused = time.perf_counter() - t0
-            self.store.write_snapshot(self.path, snap)
-            self.durable = applied
+            with self.store.state_dict() as state:  # the only pause writers see
+                paused = time.perf_counter() - t0
+                write_state(self.path, state)
+            self.durable = state.applied
             self.last_checkpoint = {"pause_s": paused, "total_s": time.perf_counter() - t0,
                                     "bytes": float(os.path.getsize(self.path)), "time": time.time()}
             return dict(self.last_checkpoint)

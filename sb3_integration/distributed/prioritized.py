@@ -175,7 +175,7 @@ class PrioritizedDistributedReplayBuffer(DistributedReplayBuffer):
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> PrioritizedReplayBufferSamples:  # type: ignore[override]
         """A prioritized, stratified sample over every shard: SB3's fields, ``weights``, ``indices``."""
-        b = self.sampler.sample(batch_size, np.random)
+        b = self.sampler.sample(self._check_batch_size(batch_size), np.random)
         weights = importance_weights(b["masses"], float(b["min_mass"]), self._beta)
         indices = encode_indices(b["shard"], b["generations"], b["row"])
         samples = self._samples(b, env)

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterTimeout
+from sb3_integration.distributed.shard_store import MissingMessagesError
 
-__all__ = ["RETRY_S", "ServiceUnavailableError", "call", "get", "unwrap"]
+__all__ = ["RETRY_S", "ServiceUnavailableError", "ShardLostError", "call", "get", "unwrap"]
 
 #: seconds a service call is retried while its actor restarts
 RETRY_S = 30.0
@@ -29,12 +30,13 @@ class ServiceUnavailableError(RuntimeError):
     """An actor of the replay service did not answer (gone, or still restarting after ``retry_s``)."""
 
 
-def _passed_through() -> tuple[type[BaseException], ...]:
-    from sb3_integration.distributed.shard_store import MissingMessagesError
-    from sb3_integration.distributed.writer import ShardLostError
+class ShardLostError(RuntimeError):
+    """A writer's shard did not come back within the writer's restart timeout."""
 
-    return (RateLimiterTimeout, LimiterClosed, ServiceUnavailableError, ShardLostError, MissingMessagesError,
-            ValueError, TypeError, IndexError, KeyError)
+
+#: the exceptions an actor raises that its callers get as themselves
+_PASSED_THROUGH = (RateLimiterTimeout, LimiterClosed, ServiceUnavailableError, ShardLostError, MissingMessagesError,
+                   ValueError, TypeError, IndexError, KeyError)
 
 
 def unwrap(e: BaseException) -> BaseException:
@@ -43,7 +45,7 @@ def unwrap(e: BaseException) -> BaseException:
 
     if isinstance(e, ray.exceptions.RayTaskError):
         cause = getattr(e, "cause", None)
-        if isinstance(cause, _passed_through()):
+        if isinstance(cause, _PASSED_THROUGH):
             return cause
     return e
 

@@ -44,6 +44,7 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import ChunkedArray, ChunkRef, Codec, Tier
+from sb3_integration.buffers.sb3_front import SB3ReplayFront
 from sb3_integration.distributed import options, remote
 from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterTimeout
 from sb3_integration.distributed.service import ReplayService
@@ -405,8 +406,15 @@ class _ReplyTier(Tier):
         return self._addr
 
 
-class DistributedReplayBuffer(ReplayBuffer):
+class DistributedReplayBuffer(SB3ReplayFront, ReplayBuffer):
     """SB3's ``ReplayBuffer`` backed by a replay service: ``sample()`` draws over all shards.
+
+    Bad arguments fail as they fail in :class:`~sb3_integration.CompressedReplayBuffer`
+    (SB3's constructor checks, SB3's ``add()`` and ``sample(batch_size)`` errors, through
+    :class:`~sb3_integration.buffers.sb3_front.SB3ReplayFront`), before any call to the
+    service. What differs by design: ``sample()`` before the service holds ``min_size``
+    transitions waits for them (the rate limiter; ``timeout`` bounds the wait) where a local
+    buffer raises, and ``optimize_memory_usage=True`` is refused.
 
     Parameters
     ----------
@@ -439,6 +447,7 @@ class DistributedReplayBuffer(ReplayBuffer):
                  decode: str = DECODE_DEFAULT, timeout: float | None = None, threads: int | None = None,
                  prefetch: bool = False, flush_every: int = 256) -> None:
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
+        self._sb3_constructor_checks(optimize_memory_usage, handle_timeout_termination)
         if optimize_memory_usage:
             raise ValueError("DistributedReplayBuffer does not take optimize_memory_usage (frames are stored once)")
         self.optimize_memory_usage = False
@@ -451,13 +460,17 @@ class DistributedReplayBuffer(ReplayBuffer):
             raise ValueError(f"service {self.service.name!r} stores observations {spec.obs_shape} and actions "
                              f"{spec.action_shape}; this buffer is for {self.obs_shape} and ({self.action_dim},)")
         self.timeout, self.flush_every = timeout, options.count("flush_every", flush_every)
+        self._declare_geometry(spec.obs_shape, spec.obs_dtype, spec.action_dtype)
         self.writer: ReplayWriter | None = None
 
     def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
             infos: list[dict[str, Any]]) -> None:
+        """SB3's ``add``: SB3's errors (and DataLossError for lossy observations) before anything is sent."""
+        o, x, rows = self._checked_add(obs, next_obs, action, reward, done, infos)
         if self.writer is None:
             self.writer = ReplayWriter(self.service, self.n_envs, flush_every=self.flush_every, timeout=self.timeout)
-        self.writer.add(obs, next_obs, action, reward, done, infos)
+        # without timeout handling SB3 ignores infos: the service stores no truncation then
+        self.writer.add(o, x, rows[0], rows[1], rows[2], infos if self.handle_timeout_termination else None)
 
     def size(self) -> int:
         """Transitions the service holds now (one call to every shard, in parallel)."""
@@ -467,7 +480,8 @@ class DistributedReplayBuffer(ReplayBuffer):
         raise NotImplementedError("a replay service is not reset from one learner; close it and create another")
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:  # type: ignore[override]
-        return self._samples(self.sampler.sample(batch_size, np.random), env)
+        """``batch_size`` transitions drawn over all shards (SB3's error for a bad batch size)."""
+        return self._samples(self.sampler.sample(self._check_batch_size(batch_size), np.random), env)
 
     def _samples(self, b: dict[str, np.ndarray], env: VecNormalize | None) -> ReplayBufferSamples:
         """SB3's sample fields of a sampler's batch."""

@@ -47,6 +47,7 @@ import os
 from typing import Any, cast
 
 from chunkstore import Codec, get_codec
+from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from sb3_integration.distributed import options
 from sb3_integration.distributed.actors import NAMESPACE, Coordinator, ServiceConfig, Shard
 from sb3_integration.distributed.rate_limiter import LimiterClosed
@@ -80,7 +81,7 @@ class ReplayService:
     # -- creating and finding ----------------------------------------------------------
     @classmethod
     def create(cls, name: str, observation_space: Any, action_space: Any, capacity: int, *,
-               n_shards: int = 1, chunk_len: int = 4, codec: str = "zstd3+dict", min_size: int = 1,
+               n_shards: int = 1, chunk_len: int = DEFAULT_CHUNK_LEN, codec: str = DEFAULT_CODEC, min_size: int = 1,
                samples_per_insert: float | None = None, error_buffer: float | None = None,
                max_insert_batch: int = 64, max_sample_batch: int = 1024,
                checkpoint_dir: str | None = None, checkpoint_every_s: float | None = None,

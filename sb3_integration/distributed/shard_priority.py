@@ -151,28 +151,3 @@ class ShardPriorities:
             if self.priorities is None:
                 return np.ones(self.count)
             return self.priorities.get(self.live_rows())
-
-    # -- checkpoints ----------------------------------------------------------------------------
-    def _priority_state(self) -> dict[str, np.ndarray]:
-        if self.priorities is None:
-            return {}
-        st = self.priorities.state_dict()
-        return {"priority/masses": st["masses"], "priority/generations": st["generations"],
-                "priority/max": np.array([st["max"]], np.float64)}
-
-    def _restore_priorities(self, extras: dict[str, Any], path: str) -> None:
-        """The checkpoint's priorities, or (a file without them: format version 2, or a
-        uniform shard's) mass 1.0 for every held row."""
-        if self.priorities is None:
-            return
-        if "priority/masses" in extras and len(extras["priority/masses"]) == self.capacity:
-            masses = np.zeros(self.capacity, np.float32)  # only rows the shard holds have mass
-            live = self.live_rows()
-            masses[live] = np.asarray(extras["priority/masses"], np.float32)[live]
-            self.priorities.load_state_dict({
-                "capacity": self.capacity, "fanout": self.priorities.fanout, "masses": masses,
-                "generations": extras["priority/generations"], "max": float(extras["priority/max"][0])})
-        else:
-            self.priorities = PriorityIndex(self.capacity)
-            self.priorities.set(self.live_rows(), np.ones(self.count))
-        self._shift_generations()

@@ -31,6 +31,21 @@ Weight. :meth:`ShardStore.weight` is the shard's sampling mass: its transition c
 under uniform sampling, the sum of its priority masses when the spec has ``priority_alpha``
 (:mod:`~sb3_integration.distributed.shard_priority`). Learners split a batch over shards
 in proportion to it, so a transition's probability is the same whichever shard holds it.
+
+Why not the frame engine's index (:class:`~sb3_integration.engine.frames.FrameStore`). The
+engine's index is one owner's: a fixed grid of ``(row, env)`` descriptors written in row
+order, each env's frames at fixed ring positions (item ``e * F + g % F``), freed by the
+owner's ``release_before`` as it overwrites rows, and frames it deduplicates and encodes
+itself. A shard has none of that: it adopts chunks already encoded, from writers (and
+envs) that come, end and restart at any time, into whichever pool slot is free (so a
+stream's chunks are found through :class:`_Stream` and ``slot_prev``, not by position);
+its rows come interleaved from all streams into one FIFO ring and leave by the service's
+global stamp; and it never sees a raw frame. What is shared: the writers' side *is* the
+engine (:class:`~sb3_integration.distributed.writer.ChunkWriter` stages in a FrameStore,
+whose stream frame numbers the records carry), the stack geometry
+(:class:`~sb3_integration.engine.stacking.StackLayout`), the chunk pool
+(:class:`~chunkstore.ChunkedArray`, its snapshots) and the state protocol
+(:mod:`~sb3_integration.distributed.shard_checkpoint`).
 """
 
 from __future__ import annotations
@@ -43,13 +58,18 @@ from typing import Any
 import numpy as np
 
 from chunkstore import ChunkedArray, Codec
+from chunkstore.array import DEFAULT_CHUNK_LEN
 from sb3_integration.distributed.options import number
-from sb3_integration.distributed.shard_checkpoint import SHARD_FORMAT, ShardCheckpoints
+from sb3_integration.distributed.shard_checkpoint import (
+    SHARD_FORMAT,
+    ShardCheckpoints,
+    ShardStoreState,
+)
 from sb3_integration.distributed.shard_priority import ShardPriorities
 from sb3_integration.distributed.wire import InsertMessage, SampleReply, row_dtype, unpack_rows
 from sb3_integration.engine.stacking import StackLayout
 
-__all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "StoreSpec"]
+__all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "ShardStoreState", "StoreSpec"]
 
 NONE = np.uint32(0xFFFFFFFF)  # a stack with no stored frame (all zeros)
 _GROWTH = 1.5
@@ -76,7 +96,7 @@ class StoreSpec:
     obs_dtype: Any
     action_shape: tuple[int, ...]
     action_dtype: Any
-    chunk_len: int = 4
+    chunk_len: int = DEFAULT_CHUNK_LEN
     threads: int | None = None
     priority_alpha: float | None = None  # None: uniform sampling; else shards keep (p + epsilon) ** alpha
     priority_epsilon: float = 1e-6
@@ -542,8 +562,11 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
             picked = (self.tail + rng.integers(0, size, n)) % self.ring if n else np.zeros(0, np.int64)
             return self.read(picked, decode=decode)
 
-    def _restore_streams(self, table: np.ndarray, slots: np.ndarray) -> None:
-        self.streams, self._stream_ids, at = [], {}, 0
+    def _streams_from(self, table: np.ndarray, slots: np.ndarray) -> tuple[list[_Stream], dict[tuple[int, int], int]]:
+        """The streams of a state's table (writer, env, lo, hi, live rows, closed) and their slots."""
+        streams: list[_Stream] = []
+        ids: dict[tuple[int, int], int] = {}
+        at = 0
         for writer, env, lo, hi, live, closed in table.tolist():
             st = _Stream(writer, env)
             st.base = st.lo = lo
@@ -551,6 +574,7 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
             st.slots = np.zeros(max(16, hi - lo), np.int64)
             st.slots[:hi - lo] = slots[at:at + hi - lo]
             at += hi - lo
-            self._stream_ids[(writer, env)] = len(self.streams)
-            self.streams.append(st)
+            ids[(writer, env)] = len(streams)
+            streams.append(st)
+        return streams, ids
 

@@ -21,32 +21,26 @@ from __future__ import annotations
 import time
 import warnings
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from chunkstore import Codec
+from chunkstore.array import DEFAULT_CHUNK_LEN, should_train, trained_codec, wants_training
 from chunkstore.codecs import TrainableCodec
 from sb3_integration.buffers.observations import coerce_obs
 from sb3_integration.distributed import options, remote
+from sb3_integration.distributed.remote import ShardLostError
+from sb3_integration.distributed.service import ReplayService
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, pack_rows, row_dtype
 from sb3_integration.engine.frames import NEXT, OBS, FrameStore
 from sb3_integration.engine.stacking import StackLayout
 
-if TYPE_CHECKING:
-    from sb3_integration.distributed.service import ReplayService
-
 __all__ = ["ChunkWriter", "DataLossWarning", "ReplayWriter", "ShardLostError"]
 
-#: raw bytes of frames a first writer collects before training the shared dictionary
-TRAIN_BYTES = 4 << 20
 #: every this many messages, a writer with the shared dictionary checks that it beats plain zstd
 #: on its own frames (a service shared by games keeps the first trainer's dictionary)
 RECHECK_EVERY = 64
-
-
-class ShardLostError(RuntimeError):
-    """A writer's shard did not come back within the writer's restart timeout."""
 
 
 class DataLossWarning(RuntimeWarning):
@@ -81,7 +75,7 @@ class ChunkWriter:
 
     def __init__(self, writer_id: int, obs_shape: tuple[int, ...], obs_dtype: Any,
                  action_shape: tuple[int, ...], action_dtype: Any, n_envs: int = 1, *,
-                 chunk_len: int = 4, codec: Codec, codec_version: int = 0,
+                 chunk_len: int = DEFAULT_CHUNK_LEN, codec: Codec, codec_version: int = 0,
                  layout: StackLayout | None = None, axis_order: tuple[int, ...] = (0, -1),
                  flush_every: int = 256) -> None:
         flush_every = options.count("flush_every", flush_every)
@@ -114,7 +108,7 @@ class ChunkWriter:
     # -- codec ---------------------------------------------------------------------------
     @property
     def wants_training(self) -> bool:
-        return isinstance(self.codec, TrainableCodec) and self.codec.wants_training
+        return wants_training(self.codec)
 
     def set_codec(self, codec: Codec, version: int) -> None:
         """Encode with ``codec`` (version ``version`` of the service's) from the next drain on."""
@@ -128,23 +122,18 @@ class ChunkWriter:
             self.train_samples = None
 
     def train(self) -> Codec | None:
-        """A codec trained on the frames drained so far, once there are enough (else None).
+        """A codec trained on the chunks drained so far, once chunkstore's rule says so (else None).
 
-        Trained on the even chunks, kept only if it beats the plain codec on the odd
-        ones (as :meth:`chunkstore.ChunkedArray.train_codec` decides).
+        The rule of every array (:func:`chunkstore.array.should_train`: after
+        ``TRAIN_AFTER_BYTES`` of frames; :func:`chunkstore.array.trained_codec`: trained
+        on the even chunks, kept only if it beats the plain codec on the odd ones),
+        applied to the chunks in the order they were drained.
         """
         samples = self.train_samples
-        if samples is None or sum(s.nbytes for s in samples) < TRAIN_BYTES:
+        if samples is None or not should_train(self.codec, sum(s.nbytes for s in samples)):
             return None
         self.train_samples = None
-        codec = self.codec
-        assert isinstance(codec, TrainableCodec)
-        plain = codec.untrained_equivalent()
-        new = codec.trained([f for s in samples[0::2] for f in s])
-        held = samples[1::2] or samples
-        if sum(len(new.encode(s)) for s in held) >= sum(len(plain.encode(s)) for s in held):
-            return plain
-        return new
+        return trained_codec(self.codec, dict(enumerate(samples)))
 
     # -- writing ---------------------------------------------------------------------------
     def add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
@@ -329,8 +318,6 @@ class ReplayWriter:
     def __init__(self, service: ReplayService | str, n_envs: int = 1, *, flush_every: int = 256,
                  timeout: float | None = None, restart_timeout: float = 60.0, train: bool = True,
                  retain_bytes: int = 256 << 20) -> None:
-        from sb3_integration.distributed.service import ReplayService
-
         self.n_envs, self.flush_every = options.count("n_envs", n_envs), options.count("flush_every", flush_every)
         timeout = options.seconds("timeout", timeout)
         restart_timeout = options.number("restart_timeout", restart_timeout, minimum=0.0)

@@ -140,7 +140,7 @@ def test_checkpoints_keep_priorities_and_version_2_files_load_at_mass_1(tmp_path
     f = Feeder(st, seed=4)
     f.feed(130)
     path = str(tmp_path / "p.h5")
-    st.write_snapshot(path, st.snapshot())
+    st.save(path)
     back = store(100)
     back.restore(path)
     np.testing.assert_array_equal(back.priority_masses(), st.priority_masses())
@@ -150,7 +150,7 @@ def test_checkpoints_keep_priorities_and_version_2_files_load_at_mass_1(tmp_path
     Feeder(uniform, seed=5).feed(70)
     old = str(tmp_path / "v2.h5")
     monkeypatch.setattr(ckpt_mod, "SHARD_FORMAT_VERSION", 2)
-    uniform.write_snapshot(old, uniform.snapshot())
+    uniform.save(old)
     monkeypatch.undo()
     pri = store(100)
     pri.restore(old)
@@ -160,6 +160,19 @@ def test_checkpoints_keep_priorities_and_version_2_files_load_at_mass_1(tmp_path
     plain = ShardStore(StoreSpec(100, SHAPE, "uint8", (1,), np.int64), get_codec("zstd3"), 0)
     plain.restore(path)
     assert plain.size() == 100 and plain.weight() == 100.0
+
+
+def test_a_state_or_a_pickle_keeps_the_priorities():
+    import pickle
+
+    st = store(100)
+    Feeder(st, seed=6).feed(130)
+    with st.state_dict() as state:
+        back = store(100)
+        back.load_state_dict(state)
+    for other in (back, pickle.loads(pickle.dumps(st))):
+        np.testing.assert_array_equal(other.priority_masses(), st.priority_masses())
+        assert other.priorities.max == st.priorities.max and other.weight() == st.weight()
 
 
 def test_a_uniform_store_refuses_prioritized_calls():

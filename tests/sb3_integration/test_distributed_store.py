@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstore import get_codec
-from sb3_integration.distributed import ChunkWriter, ShardStore, StoreSpec
+from chunkstore.array import _training
+from sb3_integration.distributed import ChunkWriter, ShardStore, StoreSpec, shard_checkpoint
 from sb3_integration.distributed import shard_store as shard_store_mod
 from sb3_integration.distributed import writer as writer_mod
 
@@ -157,7 +158,7 @@ def test_writers_into_a_shard_match_a_numpy_model(dtype, n_envs, n_writers, capa
 
 
 def test_a_trained_dictionary_arriving_midway_reads_back_exactly(monkeypatch):
-    monkeypatch.setattr(writer_mod, "TRAIN_BYTES", 64 << 10)
+    monkeypatch.setattr(_training, "TRAIN_AFTER_BYTES", 64 << 10)  # the one rule: chunkstore.array's
     rng = np.random.default_rng(1)
     obs_shape = (4, 32, 32)
     _spec, store = make(400, obs_shape, "uint8", 4, "zstd3+dict")
@@ -219,7 +220,7 @@ def test_messages_apply_once_in_order_and_bad_ones_change_nothing():
     assert store.size() == 5 and store.applied == {7: 1}
 
 
-def test_a_snapshot_restores_an_identical_store(tmp_path):
+def test_a_saved_checkpoint_restores_an_identical_store(tmp_path):
     rng = np.random.default_rng(4)
     obs_shape = (4, 6, 6)
     _spec, store = make(30, obs_shape, "uint8", 4, "zstd3")
@@ -228,7 +229,7 @@ def test_a_snapshot_restores_an_identical_store(tmp_path):
     model: list = []
     feed(store, ws, [stacked_steps(rng, 50, 1, 4, (1, 6, 6), "uint8", False) for _ in ws], model, rng)
     path = str(tmp_path / "shard.h5")
-    store.write_snapshot(path, store.snapshot())
+    store.save(path)
     _, back = make(30, obs_shape, "uint8", 4, "zstd3")
     back.restore(path)
     check_store(back, model)
@@ -454,7 +455,95 @@ def test_a_checkpoint_of_another_format_version_is_refused(tmp_path, monkeypatch
          [stacked_steps(rng, 20, 1, 4, (1, 6, 6), "uint8", False)], [], rng)
     path = str(tmp_path / "old.h5")
     monkeypatch.setattr(shard_checkpoint, "SHARD_FORMAT_VERSION", 1)  # as the version before stamps wrote it
-    store.write_snapshot(path, store.snapshot())
+    store.save(path)
     monkeypatch.undo()
     with pytest.raises(FormatError, match="format version 1, this version reads 2 and 3"):
         make(30, (4, 6, 6), "uint8", 4)[1].restore(path)
+
+
+def test_a_state_is_one_moment_and_loads_into_another_store_in_one_step():
+    """state_dict() / load_state_dict(): the frame store's protocol, without a file."""
+    rng = np.random.default_rng(12)
+    obs_shape = (4, 6, 6)
+    _spec, store = make(30, obs_shape, "uint8", 4)
+    ws = [ChunkWriter(i + 1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)
+          for i in range(2)]
+    model: list = []
+    feed(store, ws, [stacked_steps(rng, 40, 1, 4, (1, 6, 6), "uint8", False) for _ in ws], model, rng)
+    then = list(model)
+    with store.state_dict() as state:
+        assert state.applied == store.applied and state.version == shard_checkpoint.SHARD_FORMAT_VERSION
+        # the store goes on being written (its ring laps): the state does not change
+        feed(store, ws, [stacked_steps(rng, 40, 1, 4, (1, 6, 6), "uint8", False) for _ in ws], model, rng)
+        _, back = make(30, obs_shape, "uint8", 4)
+        back.load_state_dict(state)
+    check_store(back, then)
+    check_store(store, model)
+    assert back.applied != store.applied
+
+
+def test_a_state_that_does_not_fit_is_refused_and_changes_nothing():
+    rng = np.random.default_rng(13)
+    obs_shape = (4, 6, 6)
+    _spec, store = make(30, obs_shape, "uint8", 4)
+    w = ChunkWriter(1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)
+    model: list = []
+    feed(store, [w], [stacked_steps(rng, 25, 1, 4, (1, 6, 6), "uint8", False)], model, rng)
+    _, other = make(30, obs_shape, "uint8", 4)
+    feed(other, [ChunkWriter(1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)],
+         [stacked_steps(rng, 10, 1, 4, (1, 6, 6), "uint8", False)], kept := [], rng)
+    with store.state_dict() as state:
+        _, wider = make(31, obs_shape, "uint8", 4)
+        with pytest.raises(ValueError, match="a shard of"):
+            wider.load_state_dict(state)
+        state.tables["stream_slots"] = state.tables["stream_slots"][:-1]
+        with pytest.raises(ValueError, match="do not match their slots"):
+            other.load_state_dict(state)
+        state.tables["stream_slots"] = np.zeros(0, np.int64)
+        state.version = 1
+        with pytest.raises(ValueError, match="version 1"):
+            other.load_state_dict(state)
+    with pytest.raises(TypeError, match="ShardStoreState"):
+        other.load_state_dict({"rows": {}})
+    check_store(other, kept)  # untouched by every refused state
+    assert wider.size() == 0
+
+
+def test_a_checkpoint_file_is_its_state_written(tmp_path):
+    rng = np.random.default_rng(14)
+    obs_shape = (4, 6, 6)
+    _spec, store = make(30, obs_shape, "uint8", 4)
+    model: list = []
+    feed(store, [ChunkWriter(1, obs_shape, "uint8", (1,), np.int64, 2, codec=get_codec("zstd3"), flush_every=3)],
+         [stacked_steps(rng, 30, 2, 4, (1, 6, 6), "uint8", False)], model, rng)
+    path = str(tmp_path / "shard.h5")
+    store.save(path)
+    read = shard_checkpoint.read_state(path)
+    with store.state_dict() as live:
+        assert read.attrs() == live.attrs()
+        for name in live.rows:
+            assert np.array_equal(read.rows[name], live.rows[name])
+        for name in live.tables:
+            assert np.array_equal(read.tables[name], live.tables[name])
+    _, back = make(30, obs_shape, "uint8", 4)
+    back.load_state_dict(read)
+    check_store(back, model)
+
+
+def test_a_pickled_shard_store_is_its_state_and_loads_back_identical():
+    rng = np.random.default_rng(15)
+    obs_shape = (4, 6, 6)
+    _spec, store = make(30, obs_shape, "uint8", 4)
+    model: list = []
+    feed(store, [ChunkWriter(1, obs_shape, "uint8", (1,), np.int64, 1, codec=get_codec("zstd3"), flush_every=4)],
+         [stacked_steps(rng, 45, 1, 4, (1, 6, 6), "uint8", False)], model, rng)
+    data = store.__getstate__()
+    assert data["version"] == shard_checkpoint.SHARD_FORMAT_VERSION and isinstance(data["state"]["frames"], dict)
+    back = pickle.loads(pickle.dumps(store))
+    check_store(back, model)
+    assert back.applied == store.applied and back.horizon == store.horizon
+    empty = pickle.loads(pickle.dumps(make(30, obs_shape, "uint8", 4)[1]))
+    assert empty.size() == 0 and empty.frames is None
+    data["version"] += 1
+    with pytest.raises(ValueError, match="newer"):
+        ShardStore.__new__(ShardStore).__setstate__(data)
