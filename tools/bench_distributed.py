@@ -79,9 +79,10 @@ def infos(timeouts: np.ndarray) -> list[dict[str, bool]]:
 def trained_codec(data: dict[str, np.ndarray], n: int = 2000) -> Any:
     """The dictionary a first writer trains (done once here, offered to every service)."""
     from chunkstore import get_codec
+    from chunkstore.array import DEFAULT_CODEC
     from sb3_integration.distributed import ChunkWriter
 
-    w = ChunkWriter(0, data["obs"].shape[2:], np.uint8, (1,), np.int64, codec=get_codec("zstd3+dict"),
+    w = ChunkWriter(0, data["obs"].shape[2:], np.uint8, (1,), np.int64, codec=get_codec(DEFAULT_CODEC),
                     flush_every=256)
     for i in range(n):
         w.add(data["obs"][i], data["next_obs"][i], data["actions"][i], data["rewards"][i], data["dones"][i],

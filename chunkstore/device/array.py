@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkstore.array import DEFAULT_CHUNK_LEN, MAX_OPEN_CHUNKS
 from chunkstore.array.frontend import WriteFrontEnd, check_geometry
 from chunkstore.device._fork import note_cpu_store
 from chunkstore.device.batch import encode_open, upload_batch
@@ -55,9 +56,6 @@ from chunkstore.device.staging import StagingRing
 from chunkstore.errors import MissingBackendError
 
 __all__ = ["DeviceArray"]
-
-DEFAULT_CHUNK_LEN = 4
-MAX_OPEN_CHUNKS = 4
 
 
 def _import_torch() -> Any:
