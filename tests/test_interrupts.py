@@ -423,7 +423,8 @@ def test_sample_interrupted_releases_every_lock_and_leaves_data(threads, monkeyp
 
     monkeypatch.setattr(native, "PARALLEL_MIN_ITEMS", 1)  # two threads even for small samples
     ref, ours = make_pair("replay", ROWS, SPACE, ACT, chunk_len=CHUNK, compression_method="zstd3")
-    ours.frame_stores[None].threads = threads
+    fs = ours.frame_stores[None]
+    fs.options = fs.options.replace(threads=threads)
     feed([ref, ours], transitions(30), "replay")
     arr = ours.frame_stores[None].frames
     arr.threads = threads
