@@ -1,4 +1,4 @@
-"""One lossless-cast policy for everything written into a store."""
+"""One lossless-cast policy for everything written into a store, and the zero item of any dtype."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["lossless_cast"]
+__all__ = ["lossless_cast", "zero_fill"]
 
 def lossless_cast(arr: np.ndarray, dtype: Any, name: str, *, round_floats: bool = False) -> np.ndarray:
     """``arr`` in ``dtype``, refusing any cast that changes a value.
@@ -28,3 +28,18 @@ def lossless_cast(arr: np.ndarray, dtype: Any, name: str, *, round_floats: bool 
             f"{dtype} without loss; cast them explicitly first"
         )
     return cast
+
+
+def zero_fill(arr: np.ndarray, key: Any = Ellipsis) -> None:
+    """``arr[key]`` set to all-zero bytes, for every dtype.
+
+    ``arr[key] = 0`` is a TypeError for void dtypes (``V3``) and stores ``b"0"`` for byte and
+    unicode strings (and string fields of structured dtypes); ``np.zeros((), dtype)`` is the
+    all-zero item of any dtype, and assigning it copies its bytes.
+
+    >>> a = np.frombuffer(b"abcdef", "S3").copy()
+    >>> zero_fill(a, 0)
+    >>> a.tobytes()
+    b'\\x00\\x00\\x00def'
+    """
+    arr[key] = np.zeros((), arr.dtype)

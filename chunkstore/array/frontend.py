@@ -35,13 +35,16 @@ def check_geometry(capacity: int, item_shape: tuple[int, ...] | int, dtype: Any,
                    max_open: int) -> tuple[int, tuple[int, ...], np.dtype, int, int]:
     """``(capacity, item_shape, dtype, chunk_len, max_open)`` checked and normalised.
 
-    ``chunk_len`` is cut to ``capacity``; a bad value raises ValueError (TypeError
+    ``chunk_len`` is cut to ``capacity``; a sub-array dtype's shape joins ``item_shape`` (as in
+    ``np.zeros``); a bad value raises ValueError (TypeError
     for an object dtype) naming the argument.
 
     Examples
     --------
     >>> check_geometry(3, 2, "f4", 8, 1)
     (3, (2,), dtype('float32'), 3, 1)
+    >>> check_geometry(3, 2, ("u1", (4,)), 8, 1)
+    (3, (2, 4), dtype('uint8'), 3, 1)
     """
     for arg, value in (("capacity", capacity), ("chunk_len", chunk_len), ("max_open", max_open)):
         if int(value) < 1:
@@ -52,6 +55,8 @@ def check_geometry(capacity: int, item_shape: tuple[int, ...] | int, dtype: Any,
     dt = np.dtype(dtype)
     if dt.hasobject:
         raise TypeError(f"object dtypes cannot be stored, got {dt}")
+    if dt.subdtype is not None:  # ("u1", (3,)): numpy's own rule, the sub-array joins the item shape
+        shape, dt = shape + dt.shape, dt.base
     return int(capacity), shape, dt, min(int(chunk_len), int(capacity)), int(max_open)
 
 
