@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import hypothesis.strategies as st
 import numpy as np
@@ -237,6 +238,49 @@ def test_bad_input_gives_clear_errors():
         ChunkedArray(10, chunk_len=0)
     with pytest.raises(ValueError):
         ChunkedArray(10, codec="nosuchcodec")
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"capacity": 2.5}, ValueError, "capacity must be a whole number"),
+    ({"capacity": "10"}, TypeError, "capacity must be an int"),
+    ({"capacity": None}, TypeError, "capacity must be an int"),
+    ({"capacity": -3}, ValueError, "capacity must be >= 1"),
+    ({"chunk_len": 2.5}, ValueError, "chunk_len must be a whole number"),
+    ({"chunk_len": True}, TypeError, "chunk_len must be an int"),
+    ({"max_open": 0}, ValueError, "max_open must be >= 1"),
+    ({"item_shape": (2.5,)}, ValueError, "item_shape"),
+    ({"item_shape": (-1, 2)}, ValueError, "item_shape"),
+    ({"item_shape": "ab"}, TypeError, "item_shape"),
+    ({"dtype": object}, TypeError, "object dtypes"),
+    ({"tier": "memory"}, TypeError, "tier must be a chunkstore Tier"),
+    ({"tier": 3}, TypeError, "tier must be a chunkstore Tier"),
+    ({"threads": 0}, ValueError, "threads must be >= 1"),
+    ({"threads": -1}, ValueError, "threads must be >= 1"),
+    ({"threads": "2"}, TypeError, "threads must be an int"),
+    ({"cache": -1}, ValueError, "cache must be >= 0"),
+    ({"cache": "big"}, TypeError, "cache must be an int"),
+])
+def test_bad_constructor_arguments_are_one_line_errors_naming_them(kw, exc, match):
+    args = {"capacity": 10, "item_shape": (2,), "dtype": np.uint8, **kw}
+    with pytest.raises(exc, match=match) as info:
+        ChunkedArray(args.pop("capacity"), args.pop("item_shape"), args.pop("dtype"), **args)
+    assert "\n" not in str(info.value)
+
+
+def test_whole_floats_and_numpy_ints_are_counts():
+    arr = ChunkedArray(np.int64(10), (np.int32(2), 3.0), chunk_len=4.0, threads=np.uint8(1))
+    assert arr.shape == (10, 2, 3) and arr.chunk_len == 4 and arr.threads == 1
+
+
+@pytest.mark.parametrize("value", [np.array(["a", "b"]), np.array([None, 1], dtype=object),
+                                   np.array([1 + 1j, 2]), np.array([1.5, 2.0]), np.array([300, 1])])
+def test_values_that_do_not_fit_the_dtype_are_a_value_error(value):
+    arr = ChunkedArray(4, (2,), np.uint8, chunk_len=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning on the way
+        with pytest.raises(ValueError, match="array: expected dtype uint8, got dtype"):
+            arr[1] = value
+    assert not np.asarray(arr).any()
 
 
 def test_writes_copy_never_alias():
