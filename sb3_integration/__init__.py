@@ -39,7 +39,8 @@ _EXPORTS = {
     "from_sb3_extra_buffers": "convert", "load_replay_buffer": "convert",
     "FrameStore": "frames", "StackLayout": "frames",
     **dict.fromkeys(["CompressedPrioritizedReplayBuffer", "CompressedPrioritizedDictReplayBuffer",
-                     "CompressedPrioritizedNStepReplayBuffer"], "prioritized"),
+                     "CompressedPrioritizedNStepReplayBuffer", "PrioritizedReplayBufferSamples",
+                     "PrioritizedDictReplayBufferSamples", "PrioritizedReplayMixin"], "prioritized"),
     "PrioritizedDQN": "per_dqn", "PrioritizedQRDQN": "per_qrdqn",
 }
 
@@ -52,6 +53,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers
         CompressedPrioritizedDictReplayBuffer,
         CompressedPrioritizedNStepReplayBuffer,
         CompressedPrioritizedReplayBuffer,
+        PrioritizedDictReplayBufferSamples,
+        PrioritizedReplayBufferSamples,
+        PrioritizedReplayMixin,
     )
     from sb3_integration.buffers.replay import (
         CompressedDictReplayBuffer,
@@ -109,7 +113,10 @@ __all__ = [
     "GpuReplayBuffer",
     "GpuRolloutBuffer",
     "PrioritizedDQN",
+    "PrioritizedDictReplayBufferSamples",
     "PrioritizedQRDQN",
+    "PrioritizedReplayBufferSamples",
+    "PrioritizedReplayMixin",
     "StackLayout",
     "find_buffer_dtypes",
     "find_gpu_buffer_dtypes",

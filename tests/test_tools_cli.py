@@ -60,11 +60,11 @@ def stacked_stream(n: int, shape: tuple[int, ...], axis: int, depth: int, rng) -
     return stacks
 
 
-def make_buffer(path: Path, *, n_envs: int = 2, axis: int = 0, steps: int = 30, size: int = 40):
+def make_buffer(path: Path, *, n_envs: int = 2, axis: int = 0, steps: int = 30, size: int = 40, **options):
     rng = np.random.default_rng(0)
     shape = (4, 12, 10) if axis == 0 else (12, 10, 4)
     buf = CompressedReplayBuffer(size * n_envs, spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(3),
-                                 device="cpu", n_envs=n_envs, chunk_len=4, compression_method="zstd1")
+                                 device="cpu", n_envs=n_envs, chunk_len=4, compression_method="zstd1", **options)
     streams = [stacked_stream(steps, shape, axis, 4, rng) for _ in range(n_envs)]
     for t in range(steps):
         obs = np.stack([s[t] for s in streams])
@@ -269,6 +269,25 @@ def test_export_refuses_ranges_beyond_what_was_written(buffer_path, tmp_path, ar
     out = run_tool("export", buffer_path, *args, "--out", tmp_path / "png")
     assert out.returncode == 1 and message in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1 and not list((tmp_path / "png").glob("*.png"))
+
+
+@pytest.mark.parametrize("small_arrays", ["raw", "compressed"])
+def test_export_finds_a_buffers_episodes_wherever_its_dones_are(tmp_path, small_arrays):
+    """A buffer of 1M transitions or more keeps its dones in the chunked ``transitions`` array
+    (``small_arrays="auto"``), not in an extra: ``--obs --episode`` reads them there too."""
+    path = tmp_path / "buf.h5"
+    buf = make_buffer(path, small_arrays=small_arrays)
+    with hdf5.load(path) as store:
+        assert ("transitions" in store.arrays) == (small_arrays == "compressed")
+    gif = tmp_path / "e1.gif"
+    out = run_tool("export", path, "--obs", "--env", 1, "--episode", 1, "--gif", gif)
+    assert out.returncode == 0, out.stderr
+    from PIL import Image
+    with Image.open(gif) as g:
+        assert g.n_frames == 9  # dones after steps 8, 17 and 26: episode 1 is transitions 9..17
+        g.seek(0)
+        first = np.asarray(g.convert("L"))
+    assert np.array_equal(first, buf.observations[9, 1][-1])  # a GIF draws each stack's newest frame
 
 
 def test_export_without_pillow_says_so(buffer_path, tmp_path):

@@ -126,10 +126,14 @@ def episode_range(store: Any, episode: int, env: int | None) -> tuple[int, int]:
         if np.any(np.diff(where) != 1):
             raise ExportError(f"episode {episode} is not one contiguous range of items")
         return int(where[0]), int(where[-1]) + 1
-    if "dones" not in extras:
+    small = store.arrays.get("transitions")  # a buffer's small arrays in chunks (from 1M transitions on)
+    if "dones" in extras:
+        dones = np.asarray(extras["dones"])
+    elif small is not None and small.dtype.names and "dones" in small.dtype.names:
+        dones = np.asarray(small)["dones"]
+    else:
         raise ExportError("--episode needs an 'episode' or 'dones' extra in the file; "
                           f"it has {sorted(extras) or 'none'}")
-    dones = np.asarray(extras["dones"])
     dones = dones[:, env or 0] if dones.ndim == 2 else dones.reshape(len(dones), -1)[:, 0]
     ends = np.flatnonzero(dones) + 1
     state = {**store.attrs, **{k: extras[k] for k in ("pos", "full") if k in extras}}

@@ -32,7 +32,7 @@ from chunkstore.array._read import ReadPath
 from chunkstore.array._snapshot import STATE_VERSION, ArraySnapshot
 from chunkstore.array._table import ChunkTable
 from chunkstore.array._write import WritePath
-from chunkstore.array.frontend import check_geometry
+from chunkstore.array.frontend import check_count, check_geometry
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import Codec, get_codec
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier
@@ -122,6 +122,12 @@ class ChunkedArray(WritePath, ReadPath):
         capacity, self.item_shape, self.dtype, self.chunk_len, self.max_open = check_geometry(
             capacity, item_shape, dtype, chunk_len, max_open)
         self.codec = get_codec(codec)
+        if tier is not None and not isinstance(tier, Tier):
+            raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, ...) or None, "
+                            f"got {type(tier).__name__} {tier!r}")
+        if cache is not None and not isinstance(cache, LRUChunkCache):
+            cache = check_count("cache", cache, 0)
+        threads = DEFAULT_THREADS if threads is None else check_count("threads", threads)
         self.tier = tier if tier is not None else MemoryTier()
         self.own_tier = tier is None if own_tier is None else bool(own_tier)
         if cache is None:
@@ -131,7 +137,7 @@ class ChunkedArray(WritePath, ReadPath):
         )
         if self.cache is not None and self.cache.max_bytes == 0:
             self.cache = None
-        self.threads = max(1, int(threads if threads is not None else DEFAULT_THREADS))
+        self.threads = max(1, int(threads))
         self.name = name or "array"
 
         self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize

@@ -23,6 +23,7 @@ import numpy as np
 from chunkstore import _threads, native
 from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.array._fields import ArrayFields
+from chunkstore.casting import zero_fill
 from chunkstore.errors import CorruptChunkError, FileChangedError
 from chunkstore.tiers import ChunkRef, ReadChecks
 
@@ -195,7 +196,7 @@ class ReadPath(ArrayFields):
             src = table.open.get(c) if table.open else None
             if src is None:
                 if not stored[k]:
-                    out[pos] = 0
+                    zero_fill(out, pos)
                     continue
                 src = cached[k]
                 if src is None:

@@ -23,6 +23,7 @@ import numpy as np
 from chunkstore.array import _training
 from chunkstore.array._fields import ArrayFields
 from chunkstore.array.frontend import WriteFrontEnd
+from chunkstore.casting import zero_fill
 from chunkstore.tiers import ChunkRef
 
 __all__ = ["BULK_MIN_CHUNKS", "MAX_SPARE", "WritePath"]
@@ -284,7 +285,7 @@ class WritePath(WriteFrontEnd, ArrayFields):
         else:
             if self._spare and table.rows(c) == self.chunk_len:
                 buf = self._spare.pop()  # a sealed chunk's buffer: no fresh pages to fault in
-                buf.fill(0)
+                zero_fill(buf)
             else:
                 buf = np.zeros((table.rows(c), *self.item_shape), dtype=self.dtype)
             table.set_open(c, buf)

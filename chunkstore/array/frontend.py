@@ -19,6 +19,7 @@ checked arguments to the array's own storage through a few hooks:
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -28,31 +29,55 @@ import numpy as np
 from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.casting import lossless_cast
 
-__all__ = ["WriteFrontEnd", "check_geometry"]
+__all__ = ["WriteFrontEnd", "check_count", "check_geometry"]
 
 
 def check_geometry(capacity: int, item_shape: tuple[int, ...] | int, dtype: Any, chunk_len: int,
                    max_open: int) -> tuple[int, tuple[int, ...], np.dtype, int, int]:
     """``(capacity, item_shape, dtype, chunk_len, max_open)`` checked and normalised.
 
-    ``chunk_len`` is cut to ``capacity``; a bad value raises ValueError (TypeError
+    ``chunk_len`` is cut to ``capacity``; a sub-array dtype's shape joins ``item_shape`` (as in
+    ``np.zeros``); a bad value raises ValueError (TypeError
     for an object dtype) naming the argument.
 
     Examples
     --------
     >>> check_geometry(3, 2, "f4", 8, 1)
     (3, (2,), dtype('float32'), 3, 1)
+    >>> check_geometry(3, 2, ("u1", (4,)), 8, 1)
+    (3, (2, 4), dtype('uint8'), 3, 1)
     """
-    for arg, value in (("capacity", capacity), ("chunk_len", chunk_len), ("max_open", max_open)):
-        if int(value) < 1:
-            raise ValueError(f"{arg} must be >= 1, got {value}")
-    shape = (int(item_shape),) if np.isscalar(item_shape) else tuple(map(int, item_shape))  # type: ignore[arg-type]
-    if any(d < 0 for d in shape):
-        raise ValueError(f"item_shape must be non-negative, got {shape}")
+    capacity, chunk_len, max_open = (check_count(arg, value) for arg, value in (
+        ("capacity", capacity), ("chunk_len", chunk_len), ("max_open", max_open)))
+    dims = [item_shape] if np.isscalar(item_shape) else item_shape
+    try:
+        shape = tuple(check_count("item_shape", d, 0) for d in dims)  # type: ignore[union-attr]
+    except ValueError:
+        raise ValueError(f"item_shape must be non-negative whole numbers, got {item_shape!r}") from None
+    except TypeError:
+        raise TypeError(f"item_shape must be an int or a tuple of ints, got {item_shape!r}") from None
     dt = np.dtype(dtype)
     if dt.hasobject:
         raise TypeError(f"object dtypes cannot be stored, got {dt}")
+    if dt.subdtype is not None:  # ("u1", (3,)): numpy's own rule, the sub-array joins the item shape
+        shape, dt = shape + dt.shape, dt.base
     return int(capacity), shape, dt, min(int(chunk_len), int(capacity)), int(max_open)
+
+
+def check_count(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum``; ``2.5``, ``"3"``, ``None`` and ``True`` are refused
+    (TypeError, or ValueError for a fraction or a value below ``minimum``; ``4.0`` is 4).
+
+    >>> check_count("chunk_len", np.int64(4)), check_count("chunk_len", 4.0)
+    (4, 4)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if isinstance(value, (float, np.floating)) and not (math.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
 
 
 class WriteFrontEnd:

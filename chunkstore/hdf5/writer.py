@@ -218,9 +218,12 @@ def _write_array(f: h5py.File, name: str, src: ChunkSource, bar: tqdm, version: 
     if 0 in item_shape:
         raise ValueError(f"{name}: items of shape {item_shape} hold no data; HDF5 cannot chunk them")
     label, group = _layout(src, version, plain_readable)
+    # an unlimited first axis gives HDF5 an index of the chunks written (an extensible array);
+    # a fixed shape made it allocate 16 B for every chunk of the capacity, written or not
+    # (5 MB for a 1M-frame ring holding a few hundred frames)
     dset = f.create_dataset(
-        name, shape=src.shape, dtype=h5_dtype(src.dtype), chunks=(group * L, *item_shape),
-        track_times=False, **_filter_args(label, version),
+        name, shape=src.shape, maxshape=(None, *src.shape[1:]), dtype=h5_dtype(src.dtype),
+        chunks=(group * L, *item_shape), track_times=False, **_filter_args(label, version),
     )
     meta = f.require_group(f"{META}/arrays/{name}")
     config = dump_json(src.codec.get_config(), f"{name} codec")

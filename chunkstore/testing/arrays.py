@@ -31,11 +31,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from chunkstore.array.protocol import ItemArray
+from chunkstore.casting import zero_fill
 
-__all__ = ["DTYPES", "SHAPES", "ArrayMachine", "ArrayTests", "array_machine", "to_host"]
+__all__ = ["ANY_DTYPES", "DTYPES", "SHAPES", "ArrayMachine", "ArrayTests", "array_machine", "to_host"]
 
 #: dtypes every implementation stores (a device array reads them as torch tensors)
 DTYPES = [np.uint8, np.int16, np.float32, np.float64, np.bool_]
+#: every kind of numpy dtype a host array stores bit for bit (a device array's ``take`` refuses
+#: those torch lacks: read them with ``take_bytes``)
+ANY_DTYPES = [*DTYPES, np.float16, np.complex64, np.complex128, np.dtype(">i4"), np.dtype(">f8"),
+              np.dtype("V3"), np.dtype("S3"), np.dtype("U2"), np.dtype("M8[ns]"), np.dtype("m8[s]"),
+              np.dtype([("a", "<u2"), ("b", "S3"), ("c", ">f4", (2,))])]
 SHAPES = [(), (3,), (2, 5), (1, 0)]
 
 
@@ -173,7 +179,7 @@ class ArrayMachine(RuleBasedStateMachine):
         self.arr.discard(start, stop)
         first, last = -(-start // L), (stop // L if stop < cap else -(-cap // L))
         for c in range(first, last):
-            self.model[c * L:(c + 1) * L] = 0
+            zero_fill(self.model, slice(c * L, (c + 1) * L))
             self.live.discard(c)
 
     @rule(data=st.data())
@@ -209,7 +215,7 @@ class ArrayMachine(RuleBasedStateMachine):
     @rule()
     def clear(self) -> None:
         self.arr.clear()
-        self.model[...] = 0
+        zero_fill(self.model)
         self.live.clear()
 
     # -- reads -------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import hypothesis.strategies as st
 import numpy as np
@@ -12,9 +13,11 @@ from hypothesis.stateful import invariant, precondition, rule
 
 from chunkstore import ChunkedArray, CorruptChunkError, LRUChunkCache, MemoryTier
 from chunkstore.codecs import codec_names, get_codec
-from chunkstore.testing.arrays import ArrayMachine
+from chunkstore.testing.arrays import ANY_DTYPES, ArrayMachine
 
-DTYPES = [np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64, np.bool_]
+BASIC_DTYPES = [np.uint8, np.int16, np.int64, np.float16, np.float32, np.float64, np.bool_]
+#: and every other kind numpy has (void, strings, structured, datetimes, complex, big-endian)
+DTYPES = [*BASIC_DTYPES, *(d for d in ANY_DTYPES if np.dtype(d) not in {np.dtype(b) for b in BASIC_DTYPES})]
 SHAPES = [(), (3,), (2, 5), (4, 6, 6), (3, 210, 160)]
 
 
@@ -141,6 +144,37 @@ def test_unwritten_items_read_as_zeros():
     assert got.tolist() == [[0, 0], [0, 0], [1.5, 2.5], [0, 0], [0, 0]]
 
 
+@pytest.mark.parametrize("dtype", ["V3", "S3", "U2", [("a", "<i4"), ("b", "S2")]], ids=str)
+@pytest.mark.parametrize("codec, cache", [("zstd1", 0), ("zstd1", 1 << 16), ("lz4-frame/1", 0)])
+def test_unwritten_items_are_zero_bytes_in_every_dtype(dtype, codec, cache):
+    """Zeros are all-zero bytes on every read path: ``fill(0)`` / ``out[...] = 0`` raise for void
+    dtypes and write ``b"0"`` into strings, so neither may make an unwritten item."""
+    dtype = np.dtype(dtype)
+    arr = ChunkedArray(20, (2,), dtype, chunk_len=4, codec=codec, cache=cache)
+    model = np.zeros((20, 2), dtype)
+    items = random_items(np.random.default_rng(1), 20, (2,), dtype)
+    arr[0:4] = items[:4]  # seals chunk 0: its buffer becomes a spare
+    arr[9] = items[9]  # opens chunk 2 in that spare
+    model[:4], model[9] = items[:4], items[9]
+    assert_same_bits(np.asarray(arr), model)
+    assert_same_bits(arr.take_padded(np.array([-1, 9, 17])), np.stack([np.zeros(2, dtype), model[9], model[17]]))
+    arr.discard(0, 4)
+    model[:4] = np.zeros((), dtype)
+    assert_same_bits(arr[np.array([0, 3, 9, 19])], model[[0, 3, 9, 19]])
+    arr.clear()
+    arr[6] = items[6]
+    assert_same_bits(np.asarray(arr), np.where(np.arange(20)[:, None] == 6, items, np.zeros((), dtype)))
+
+
+def test_a_subarray_dtype_joins_the_item_shape():
+    """As in ``np.zeros(n, ("u1", (3,)))``: the item shape grows, the dtype is the base."""
+    arr = ChunkedArray(8, (2,), ("u1", (3,)), chunk_len=4, codec="zstd1")
+    assert arr.dtype == np.uint8 and arr.item_shape == (2, 3) and arr.shape == (8, 2, 3)
+    want = np.arange(48, dtype=np.uint8).reshape(8, 2, 3)
+    arr[:] = want
+    assert_same_bits(arr.take(np.array([7, 0])), want[[7, 0]])
+
+
 def test_sequential_writer_seals_each_chunk_once():
     arr = ChunkedArray(64, (4,), np.uint8, chunk_len=16, codec="zstd1")
     for i in range(64):
@@ -204,6 +238,49 @@ def test_bad_input_gives_clear_errors():
         ChunkedArray(10, chunk_len=0)
     with pytest.raises(ValueError):
         ChunkedArray(10, codec="nosuchcodec")
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"capacity": 2.5}, ValueError, "capacity must be a whole number"),
+    ({"capacity": "10"}, TypeError, "capacity must be an int"),
+    ({"capacity": None}, TypeError, "capacity must be an int"),
+    ({"capacity": -3}, ValueError, "capacity must be >= 1"),
+    ({"chunk_len": 2.5}, ValueError, "chunk_len must be a whole number"),
+    ({"chunk_len": True}, TypeError, "chunk_len must be an int"),
+    ({"max_open": 0}, ValueError, "max_open must be >= 1"),
+    ({"item_shape": (2.5,)}, ValueError, "item_shape"),
+    ({"item_shape": (-1, 2)}, ValueError, "item_shape"),
+    ({"item_shape": "ab"}, TypeError, "item_shape"),
+    ({"dtype": object}, TypeError, "object dtypes"),
+    ({"tier": "memory"}, TypeError, "tier must be a chunkstore Tier"),
+    ({"tier": 3}, TypeError, "tier must be a chunkstore Tier"),
+    ({"threads": 0}, ValueError, "threads must be >= 1"),
+    ({"threads": -1}, ValueError, "threads must be >= 1"),
+    ({"threads": "2"}, TypeError, "threads must be an int"),
+    ({"cache": -1}, ValueError, "cache must be >= 0"),
+    ({"cache": "big"}, TypeError, "cache must be an int"),
+])
+def test_bad_constructor_arguments_are_one_line_errors_naming_them(kw, exc, match):
+    args = {"capacity": 10, "item_shape": (2,), "dtype": np.uint8, **kw}
+    with pytest.raises(exc, match=match) as info:
+        ChunkedArray(args.pop("capacity"), args.pop("item_shape"), args.pop("dtype"), **args)
+    assert "\n" not in str(info.value)
+
+
+def test_whole_floats_and_numpy_ints_are_counts():
+    arr = ChunkedArray(np.int64(10), (np.int32(2), 3.0), chunk_len=4.0, threads=np.uint8(1))
+    assert arr.shape == (10, 2, 3) and arr.chunk_len == 4 and arr.threads == 1
+
+
+@pytest.mark.parametrize("value", [np.array(["a", "b"]), np.array([None, 1], dtype=object),
+                                   np.array([1 + 1j, 2]), np.array([1.5, 2.0]), np.array([300, 1])])
+def test_values_that_do_not_fit_the_dtype_are_a_value_error(value):
+    arr = ChunkedArray(4, (2,), np.uint8, chunk_len=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning on the way
+        with pytest.raises(ValueError, match="array: expected dtype uint8, got dtype"):
+            arr[1] = value
+    assert not np.asarray(arr).any()
 
 
 def test_writes_copy_never_alias():

@@ -16,7 +16,7 @@ import pytest
 from chunkstore import ChunkedArray, DeviceTier, DiskTier, HybridTier, ItemArray, MemoryTier
 from chunkstore.device import DeviceArray
 from chunkstore.hdf5.filetier import FileTier, MappedFile
-from chunkstore.testing.arrays import ArrayTests, array_machine
+from chunkstore.testing.arrays import ANY_DTYPES, ArrayMachine, ArrayTests, array_machine
 
 _ROOT = tempfile.TemporaryDirectory(prefix="array-contract-")  # removed when the test process ends
 SEG = 64 << 10
@@ -82,11 +82,18 @@ class TestDeviceArrayContract(ArrayTests):
     factory = staticmethod(_device)
 
 
-TestChunkedArrayMemoryMachine = array_machine(_chunked("memory"))
-TestChunkedArrayDiskMachine = array_machine(_chunked("disk"))
-TestChunkedArrayHybridMachine = array_machine(_chunked("hybrid"))
-TestChunkedArrayDeviceTierMachine = array_machine(_chunked("device-cpu"))
-TestChunkedArrayFileTierMachine = array_machine(_chunked("file"))
+class AnyDtypeMachine(ArrayMachine):
+    """A ChunkedArray stores every kind of numpy dtype (void, strings, structured, datetimes,
+    big-endian) on every tier; the model's zeros are all-zero bytes (``b"0"`` is not a zero)."""
+
+    dtypes = ANY_DTYPES
+
+
+TestChunkedArrayMemoryMachine = array_machine(_chunked("memory"), base=AnyDtypeMachine)
+TestChunkedArrayDiskMachine = array_machine(_chunked("disk"), base=AnyDtypeMachine)
+TestChunkedArrayHybridMachine = array_machine(_chunked("hybrid"), base=AnyDtypeMachine)
+TestChunkedArrayDeviceTierMachine = array_machine(_chunked("device-cpu"), base=AnyDtypeMachine)
+TestChunkedArrayFileTierMachine = array_machine(_chunked("file"), base=AnyDtypeMachine)
 TestDeviceArrayContractMachine = array_machine(_device)
 
 

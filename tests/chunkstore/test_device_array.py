@@ -21,7 +21,8 @@ from chunkstore.device.runs import cost_matrix, encode_items
 from chunkstore.testing.arrays import ArrayMachine
 
 DTYPES = [np.uint8, np.int16, np.float32, np.float64, np.bool_, np.complex64, np.uint64,
-          np.dtype(">f4"), np.dtype([("a", "<u2"), ("b", "<f4")])]
+          np.dtype(">f4"), np.dtype([("a", "<u2"), ("b", "<f4")]), np.dtype("V3"), np.dtype("S3"),
+          np.dtype("M8[ns]")]
 SHAPES = [(), (3,), (2, 5), (7, 13), (1, 0)]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
