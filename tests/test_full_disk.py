@@ -193,3 +193,58 @@ def test_a_save_past_a_file_size_limit_keeps_the_old_file(tmp_path):
     assert f"saving {path} needs about" in out["RESULT"] and "is unchanged" in out["RESULT"], out
     assert out["SAME"] == "True"  # the old file, whole: the 100 transitions saved first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["buffer.h5"]
+
+
+def _random_action_buffer(n: int = 20_000, action_dim: int = 256) -> CompressedReplayBuffer:
+    """A SAC-like buffer: tiny observations, random float actions (extras that do not compress)."""
+    rng = np.random.default_rng(0)
+    box = spaces.Box(-1, 1, (2,), np.float32)
+    buf = CompressedReplayBuffer(n, box, spaces.Box(-1, 1, (action_dim,), np.float32), "cpu")
+    actions = rng.standard_normal((n, action_dim)).astype(np.float32)
+    obs = np.zeros(2, np.float32)
+    for i in range(n):
+        buf.add(obs, obs, actions[i], rng.standard_normal(1).astype(np.float32), np.array([False]), [{}])
+    return buf
+
+
+def test_the_reservation_covers_a_file_of_extras_that_do_not_compress(tmp_path, monkeypatch):
+    """The estimate a save reserves is at least the file it writes (it counted packed extras at half:
+    1.62x short for random actions, and HDF5 then met the full disk itself)."""
+    from chunkstore.hdf5 import _reserve
+
+    reserved: list[int] = []
+    estimate = _reserve.estimate_nbytes
+    monkeypatch.setattr(_reserve, "estimate_nbytes", lambda *a, **k: reserved.append(estimate(*a, **k)) or reserved[-1])
+    path = tmp_path / "sac.h5"
+    _random_action_buffer().save(path)
+    assert reserved and os.path.getsize(path) <= reserved[-1], (os.path.getsize(path), reserved)
+
+
+def test_a_save_of_incompressible_extras_to_a_nearly_full_disk_fails_cleanly(small_fs):
+    """With less room than the file needs (more than the old half-counting estimate), the save is a
+    clean ENOSPC before HDF5 writes, in a process that then exits normally."""
+    script = textwrap.dedent(f"""
+        import errno, os, sys
+        sys.path.insert(0, {str(REPO / "tests")!r})
+        from test_full_disk import _random_action_buffer
+        buf = _random_action_buffer()
+        path = {str(small_fs / "sac.h5")!r}
+        buf.save({str(small_fs.parent / "ok.h5")!r})
+        size = os.path.getsize({str(small_fs.parent / "ok.h5")!r})
+        st = os.statvfs({str(small_fs)!r})
+        room = st.f_bavail * st.f_frsize
+        with open({str(small_fs / "filler")!r}, "wb") as f:  # leave about 80% of the file's size free
+            f.write(b"\\0" * (room - int(size * 0.8)))
+        try:
+            buf.save(path)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+            assert not os.path.exists(path)
+            print("clean", size)
+        else:
+            raise AssertionError("the save fit in less room than its file")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert "clean" in done.stdout
