@@ -20,7 +20,7 @@ import numpy as np
 from chunkstore.codecs._util import check_level
 from chunkstore.errors import CodecConfigError
 
-__all__ = ["Codec", "LevelledCodec", "TrainableCodec", "resolve_codec"]
+__all__ = ["Codec", "LevelledCodec", "TrainableCodec", "check_many", "resolve_codec"]
 
 #: turns a codec name into a Codec; set by ``_registry`` when the package is imported,
 #: so that codecs wrapping another (``xor+``) need not import the registry
@@ -68,6 +68,7 @@ class Codec(ABC):
         (``igzip``'s encodes from two threads at once gave other bytes now and then, so
         sharing the work is for a codec that knows it is safe, as zstd's override does).
         """
+        chunks = check_many(chunks, threads)
         parts = self._encode_each(chunks)
         sizes = np.fromiter((memoryview(p).nbytes for p in parts), np.int64, len(parts))
         return np.frombuffer(b"".join(parts), np.uint8), sizes
@@ -180,3 +181,15 @@ class LevelledCodec(Codec):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "level": self.level}
+
+
+def check_many(chunks: Any, threads: Any) -> np.ndarray:
+    """:meth:`Codec.encode_many`'s arguments: ``chunks`` an array of at least 2 dimensions (one chunk
+    per row), ``threads`` an int >= 1; TypeError / ValueError naming the argument otherwise."""
+    if not isinstance(chunks, np.ndarray) or chunks.ndim < 2:
+        shape = getattr(chunks, "shape", None)
+        raise TypeError(f"encode_many: chunks must be a numpy array of shape (n_chunks, chunk_len, ...), "
+                        f"got {type(chunks).__name__}{'' if shape is None else f' of shape {shape}'}")
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"encode_many: threads must be an int >= 1, got {threads!r}")
+    return chunks

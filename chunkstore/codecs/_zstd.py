@@ -11,7 +11,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import zstandard
 
-from chunkstore.codecs._base import Codec, LevelledCodec, TrainableCodec
+from chunkstore.codecs._base import Codec, LevelledCodec, TrainableCodec, check_many
 from chunkstore.codecs._util import (
     DecodeError,
     as_bytes,
@@ -118,6 +118,7 @@ class ZstdCodec(LevelledCodec):
         """Every chunk in one call of python-zstandard's ``multi_compress_to_buffer``: the
         chunks are encoded without the GIL, on ``threads`` threads, each frame byte for byte
         what :meth:`encode` writes (same compressor parameters and dictionary)."""
+        chunks = check_many(chunks, threads)
         n = len(chunks)
         cctx = _compressor(self.level, self._zdict)
         raw = as_bytes(chunks)

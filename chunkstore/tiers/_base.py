@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ChunkRef", "ReadChecks", "Tier"]
+__all__ = ["ChunkRef", "ReadChecks", "Tier", "checked_sizes"]
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -71,7 +71,7 @@ class Tier(ABC):
         releases them, as for an interrupted :meth:`put`).
         """
         src = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
-        sizes = np.asarray(sizes, np.int64).reshape(-1)
+        sizes = checked_sizes(sizes, src.size)
         ends = np.cumsum(sizes)
         refs = np.empty((3, len(sizes)), np.int64)
         for i, (lo, hi) in enumerate(zip((ends - sizes).tolist(), ends.tolist(), strict=True)):
@@ -176,3 +176,21 @@ class Tier(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def checked_sizes(sizes: Any, nbytes: int) -> np.ndarray:
+    """:meth:`Tier.put_many`'s ``sizes`` as a 1-D int64 array: whole numbers >= 0 summing to ``nbytes``.
+
+    TypeError for anything but a 1-D sequence of integers (``[2.5]``, a 2-D table); ValueError for
+    a negative size or a sum other than the data's bytes.
+    """
+    arr = np.asarray(sizes)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"put_many: sizes must be a 1-D sequence of integers, got {arr.dtype} with shape {arr.shape}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"put_many: sizes must be >= 0, got {int(arr.min())}")
+    total = int(arr.sum())
+    if total != nbytes:
+        raise ValueError(f"put_many: sizes sum to {total}, data holds {nbytes} bytes")
+    return arr

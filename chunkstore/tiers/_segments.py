@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.errors import TierFullError, UnknownRefError
-from chunkstore.tiers._base import ChunkRef, Tier
+from chunkstore.tiers._base import ChunkRef, Tier, checked_sizes
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "MAX_SEGMENT_BYTES", "MIN_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
 
@@ -269,16 +269,12 @@ class SegmentedTier(Tier):
         append target is copied in one ``_write`` and recorded in one locked step. The chunks
         land exactly where one :meth:`put` after another would have put them."""
         src = as_uint8(data)
-        sizes = np.asarray(sizes, np.int64).reshape(-1)
+        sizes = checked_sizes(sizes, src.size)
         if self._closed:
             raise ValueError(f"put on a closed {self.kind} tier")
-        if sizes.size and sizes.min() < 0:
-            raise ValueError(f"put_many: sizes must be >= 0, got {int(sizes.min())}")
         if sizes.size and not sizes.all():  # a zero-byte chunk still takes one byte: one by one
             return super().put_many(src, sizes)
         ends = np.cumsum(sizes)
-        if ends.size and ends[-1] != src.size:
-            raise ValueError(f"put_many: sizes sum to {int(ends[-1])}, data holds {src.size} bytes")
         refs = np.empty((3, sizes.size), np.int64)
         i, n = 0, sizes.size
         while i < n:

@@ -125,9 +125,31 @@ def test_put_many_edge_cases():
         tier.put_many(b"abcd", [2, 3])
     with pytest.raises(ValueError, match="sizes must be >= 0"):
         tier.put_many(b"abcd", [6, -2])
+    with pytest.raises(TypeError, match="1-D sequence of integers"):
+        tier.put_many(b"abcd", [2.5, 1.5])  # not truncated to 2 and 1
+    with pytest.raises(TypeError, match="1-D sequence of integers"):
+        tier.put_many(b"abcd", [[2], [2]])
+    with pytest.raises(ValueError, match="sizes sum to 0"):
+        tier.put_many(b"abcd", [])
     tier.close()
     with pytest.raises(ValueError, match="closed"):
         tier.put_many(b"ab", [2])
+
+
+@pytest.mark.parametrize("name", ["zstd3", "lz4-block", "none"])
+def test_encode_many_refuses_what_is_not_chunks_or_a_thread_count(name):
+    codec = get_codec(name)
+    chunks = np.arange(24, dtype=np.uint8).reshape(3, 8)
+    with pytest.raises(TypeError, match="chunks must be a numpy array of shape"):
+        codec.encode_many(np.arange(8, dtype=np.uint8))  # 1-D: scalars are no chunks
+    with pytest.raises(TypeError, match="chunks must be a numpy array of shape"):
+        codec.encode_many([b"ab", b"cd"])
+    for threads in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="threads must be an int >= 1"):
+            codec.encode_many(chunks, threads=threads)
+    data, sizes = codec.encode_many(chunks, threads=2)
+    assert data.tobytes() == b"".join(bytes(codec.encode(c)) for c in chunks)
+    assert sizes.tolist() == [len(codec.encode(c)) for c in chunks]
 
 
 # -- bulk writes equal writes one row at a time ------------------------------------------------------
