@@ -131,14 +131,23 @@ class WritePath(WriteFrontEnd, ArrayFields):
             self._dirty = False
         return buf
 
-    def seal_full(self, chunks: Any) -> None:
-        """Seal each of ``chunks`` that is still open: an appender filled them in place."""
+    def seal_full(self, chunks: Any, then_open: Any = ()) -> None:
+        """Seal each of ``chunks`` that is still open: an appender filled them in place.
+
+        Then open each chunk of ``then_open`` that holds nothing (neither open nor
+        stored; others are left as they are), where the appender writes next: its
+        next call finds the chunk open instead of stopping to ask for it.
+        """
         with self._lock:
             self._begin()
-            open_now = self._table.open
+            table = self._table
+            open_now = table.open
             for c in np.asarray(chunks, np.int64).tolist():
                 if c in open_now:
                     self._seal(c)
+            for c in np.asarray(then_open, np.int64).tolist():
+                if 0 <= c < self.nchunks_total and c not in open_now and table.seg[c] < 0:
+                    self._open_chunk(c)
             self._dirty = False
 
     def flush(self) -> None:

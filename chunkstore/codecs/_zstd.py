@@ -11,6 +11,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import zstandard
 
+from chunkstore import _threads
 from chunkstore.codecs._base import Codec, LevelledCodec, TrainableCodec, check_many
 from chunkstore.codecs._util import (
     DecodeError,
@@ -20,6 +21,7 @@ from chunkstore.codecs._util import (
     out_bytes,
     size_error,
 )
+from chunkstore.codecs._zstd_attach import AttachedEncoder, encoder
 
 __all__ = ["ZstdCodec", "ZstdDictCodec"]
 
@@ -66,7 +68,16 @@ class _Dict:
         self.data = data
         self.key = hashlib.blake2b(data, digest_size=16).digest()
         self._digested: dict[int | None, zstandard.ZstdCompressionDict] = {}
+        self._attached: dict[int, AttachedEncoder | None] = {}
         self._lock = threading.Lock()
+
+    def attached(self, level: int) -> AttachedEncoder | None:
+        """This dictionary's encoder at ``level`` through libzstd (None: python-zstandard's path)."""
+        try:
+            return self._attached[level]
+        except KeyError:
+            with self._lock:
+                return self._attached.setdefault(level, encoder(self.data, level))
 
     def compression_dict(self, level: int | None = None) -> zstandard.ZstdCompressionDict:
         with self._lock:
@@ -112,6 +123,9 @@ class ZstdCodec(LevelledCodec):
         self.level = self.level or self.DEFAULT_LEVEL  # 0 is zstd's "default"
 
     def encode(self, arr: np.ndarray) -> bytes:
+        attached = None if self._zdict is None else self._zdict.attached(self.level)
+        if attached is not None:  # with a dictionary: attached, through libzstd (codecs._zstd_attach)
+            return attached.compress(as_bytes(arr))
         return _compressor(self.level, self._zdict).compress(as_bytes(arr).data)
 
     def encode_many(self, chunks: np.ndarray, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -120,6 +134,8 @@ class ZstdCodec(LevelledCodec):
         what :meth:`encode` writes (same compressor parameters and dictionary)."""
         chunks = check_many(chunks, threads)
         n = len(chunks)
+        if self._zdict is not None and self._zdict.attached(self.level) is not None:
+            return self._encode_attached(chunks, threads)
         cctx = _compressor(self.level, self._zdict)
         raw = as_bytes(chunks)
         each = raw.size // n if n else 0
@@ -133,6 +149,31 @@ class ZstdCodec(LevelledCodec):
         views = [memoryview(cast(Any, frames[i])) for i in range(n)]  # (BufferSegment: the buffer protocol)
         sizes = np.fromiter(map(len, views), np.int64, n)
         return np.frombuffer(b"".join(views), np.uint8), sizes
+
+    def _encode_attached(self, chunks: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_many` with the dictionary attached: the chunks split among ``threads``
+        threads (the caller's and the process's pool; ctypes calls run without the GIL)."""
+        parts: list[bytes] = [b""] * len(chunks)
+
+        def run(lo: int, hi: int) -> None:
+            for i in range(lo, hi):
+                parts[i] = self.encode(chunks[i])
+
+        n, k = len(chunks), max(1, min(int(threads), len(chunks)))
+        bounds = [n * j // k for j in range(k + 1)]
+        tasks: list[_threads.Task] = []
+        try:
+            if k > 1:
+                workers = _threads.pool("chunkstore-encode", k - 1)
+                for j in range(1, k):
+                    _threads.submit(workers, tasks, run, bounds[j], bounds[j + 1])
+            run(bounds[0], bounds[1])
+        finally:
+            _threads.wait_all(tasks)
+        for t in tasks:
+            t.result()
+        sizes = np.fromiter(map(len, parts), np.int64, n)
+        return np.frombuffer(b"".join(parts), np.uint8), sizes
 
     def decode(self, buf: Any, out: np.ndarray | None = None) -> np.ndarray:
         src = buffer_view(buf)

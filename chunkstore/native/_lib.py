@@ -20,13 +20,14 @@ import threading
 import weakref
 from typing import Any
 
-__all__ = ["ZstdLib", "crc32_address", "load_zstd"]
+__all__ = ["ZstdLib", "candidates", "crc32_address", "load_zstd"]
 
 #: oldest libzstd whose one-shot and dictionary decompression the kernels rely on
 _MIN_VERSION = 10400
 
 
-def _candidates() -> list[str]:
+def candidates() -> list[str]:
+    """Paths of the libzstd builds to try, best first: python-zstandard's, then the system's."""
     paths = []
     try:
         import zstandard
@@ -116,7 +117,7 @@ def crc32_address() -> int:
 def load_zstd() -> ZstdLib:
     """The first usable libzstd; OSError naming every candidate tried."""
     tried = []
-    for path in _candidates():
+    for path in candidates():
         try:
             return ZstdLib(path)
         except (OSError, AttributeError) as e:

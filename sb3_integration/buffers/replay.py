@@ -87,6 +87,9 @@ __all__ = [
 ]
 
 _SMALL_ARRAYS = SMALL_ARRAYS
+#: once the buffer wrapped, add() frees the frames of overwritten rows every this many chunks of
+#: rows: a call frees them all at once (a few µs a call), and the ring keeps that much slack
+_RELEASE_CHUNKS = 4
 #: ``small_arrays="auto"`` compresses SB3's small arrays from this many transitions on: below
 #: it they are a few MB, and reading them raw keeps a sample cheaper
 COMPRESS_SMALL_FROM = 1_000_000
@@ -248,7 +251,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             pos = self.pos
             attempt = self.__dict__.get("_commits", 0)  # this add's name for the frame stores
             try:
-                if self.full and pos % self.chunk_len == 0:  # frees whole chunks: once per chunk of rows
+                if self.full and pos % (self.chunk_len * _RELEASE_CHUNKS) == 0:  # frees whole chunks, a few at once
                     for store in self._stores.values():
                         store.release_before((pos + 1) % self.buffer_size)
                 for key, store in self._stores.items():

@@ -327,7 +327,10 @@ class RowWriter:
                          fs.released, fs.last_slot, fs.last_pad, fs.has_last, last, fs.slots, fs.deltas, fs.pads,
                          chunks, addrs, self.full, res)
         if res[0]:
-            arr.seal_full(self.full[:res[0]])
+            full = self.full[:res[0]]
+            per_env = arr.nchunks_total // fs.n_envs  # each env's region of the ring, in chunks
+            region = full - full % per_env
+            arr.seal_full(full, then_open=region + (full - region + 1) % per_env)  # where the stream goes on
         return int(stop)
 
     def release(self, fs: Any, row: int) -> bool:
