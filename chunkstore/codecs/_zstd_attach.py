@@ -48,9 +48,9 @@ def _load() -> Any:
         if _tried:
             return _lib
         _tried = True
-        from chunkstore.native._lib import candidates
+        from chunkstore.native import libzstd_paths
 
-        for path in candidates():
+        for path in libzstd_paths():
             try:
                 _lib = _Lib(path)
                 break

@@ -41,6 +41,7 @@ __all__ = [
     "disabled",
     "gather",
     "item_placement",
+    "libzstd_paths",
     "raw_spec",
     "unavailable_reason",
     "zstd_spec",
@@ -101,6 +102,13 @@ def _load() -> _Native | None:
                         stacklevel=3,
                     )
     return _loaded
+
+
+def libzstd_paths() -> list[str]:
+    """The libzstd builds the native layer tries, best first: python-zstandard's, then the system's."""
+    from chunkstore.native._lib import candidates
+
+    return candidates()
 
 
 def available() -> bool:

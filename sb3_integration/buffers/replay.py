@@ -67,6 +67,7 @@ from sb3_integration.buffers.options import (
 from sb3_integration.buffers.sb3_checks import check_replay_add, like_sb3, replay_constructor_checks
 from sb3_integration.buffers.views import ObservationView, same_rows
 from sb3_integration.engine.device_stacks import check_not_meta, to_host
+from sb3_integration.engine.frame_state import RELEASE_LAG_CHUNKS
 from sb3_integration.engine.frames import NEXT, OBS, FrameStore
 from sb3_integration.engine.packing import pack_array, unpack_array
 from sb3_integration.interop.extra_buffers import (
@@ -87,9 +88,6 @@ __all__ = [
 ]
 
 _SMALL_ARRAYS = SMALL_ARRAYS
-#: once the buffer wrapped, add() frees the frames of overwritten rows every this many chunks of
-#: rows: a call frees them all at once (a few µs a call), and the ring keeps that much slack
-_RELEASE_CHUNKS = 4
 #: ``small_arrays="auto"`` compresses SB3's small arrays from this many transitions on: below
 #: it they are a few MB, and reading them raw keeps a sample cheaper
 COMPRESS_SMALL_FROM = 1_000_000
@@ -251,7 +249,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             pos = self.pos
             attempt = self.__dict__.get("_commits", 0)  # this add's name for the frame stores
             try:
-                if self.full and pos % (self.chunk_len * _RELEASE_CHUNKS) == 0:  # frees whole chunks, a few at once
+                if self.full and pos % (self.chunk_len * RELEASE_LAG_CHUNKS) == 0:  # frees whole chunks, several at once
                     for store in self._stores.values():
                         store.release_before((pos + 1) % self.buffer_size)
                 for key, store in self._stores.items():

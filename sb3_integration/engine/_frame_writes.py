@@ -276,7 +276,8 @@ class FrameWrites:
         """``row`` is the oldest live row: free whole chunks of frames no live row can use.
 
         Call it after the ring of rows has wrapped (every row written), before
-        overwriting the row that precedes ``row``. Repeating it is harmless.
+        overwriting the row that precedes ``row``, or up to ``RELEASE_LAG_CHUNKS`` chunks of
+        rows later (:mod:`sb3_integration.engine.frame_state`). Repeating it is harmless.
         """
         with self._lock:
             if self.layout is None or self.frames is None:

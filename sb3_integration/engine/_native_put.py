@@ -265,6 +265,9 @@ class RowWriter:
         self._last: tuple[Any, Any] = (None, None)
         self._used = np.zeros(0, bool)
         self._bounds = np.zeros(n_envs, np.int64)
+        #: (frame array, chunks) to open when the next row comes: the chunks after those this row
+        #: filled, where the streams go on (opened then, not at once: a last row leaves none open)
+        self._ahead: tuple[Any, np.ndarray] | None = None
 
     def last_bytes(self, last: np.ndarray) -> np.ndarray | None:
         """``last`` viewed as uint8 (remembered while ``last`` is the same array); None if it has no view."""
@@ -322,16 +325,37 @@ class RowWriter:
             self.res[1] = SLOW
             return start  # nothing stored: the caller takes the Python path
         arr, res = fs.frames, self.res
+        ahead = self._ahead
+        if ahead is not None and start == 0:  # a new row: open the chunks the streams went on to
+            self._ahead = None
+            self._open_ahead(fs, arr, ahead)
         chunks, addrs = arr.open_chunks()
         stop = put_pairs(a0, a1, w0, w1, nstacks, row, arr.capacity // fs.n_envs, start, self.p, fs.heads,
                          fs.released, fs.last_slot, fs.last_pad, fs.has_last, last, fs.slots, fs.deltas, fs.pads,
                          chunks, addrs, self.full, res)
         if res[0]:
             full = self.full[:res[0]]
+            arr.seal_full(full)
             per_env = arr.nchunks_total // fs.n_envs  # each env's region of the ring, in chunks
             region = full - full % per_env
-            arr.seal_full(full, then_open=region + (full - region + 1) % per_env)  # where the stream goes on
+            after = region + (full - region + 1) % per_env  # where those streams go on
+            if ahead is not None and ahead[0] is arr and start:  # a row's later call: add to its earlier
+                after = np.concatenate([ahead[1], after])
+            self._ahead = (arr, after)
         return int(stop)
+
+    def _open_ahead(self, fs: Any, arr: Any, ahead: tuple[Any, np.ndarray]) -> None:
+        """Open the chunks of ``ahead`` that an env's head still points at (a clear, a rolled-back
+        add or a grown ring since moved it: those are left to the native call's stop)."""
+        if ahead[0] is not arr:
+            return
+        L = int(self.p[CHUNK_LEN])
+        ring = arr.capacity // fs.n_envs
+        per_env = ring // L
+        heads = fs.heads
+        want = [c for c in ahead[1].tolist() if c == c - c % per_env + int(heads[c // per_env]) % ring // L]
+        if want:
+            arr.seal_full((), then_open=want)
 
     def release(self, fs: Any, row: int) -> bool:
         """:meth:`FrameStore.release_before` natively; False (nothing done) where Python must look far deltas up."""

@@ -27,8 +27,8 @@ from chunkstore.array import ArraySnapshot
 from sb3_integration.engine.packing import pack_array, unpack_array
 from sb3_integration.engine.stacking import StackLayout
 
-__all__ = ["FAR", "STATE_VERSION", "UNWRITTEN", "WRAP", "FrameStoreState", "check_own_state",
-           "check_state", "check_streams", "far_array", "pickle_state", "unpickle_state"]
+__all__ = ["FAR", "RELEASE_LAG_CHUNKS", "STATE_VERSION", "UNWRITTEN", "WRAP", "FrameStoreState", "check_own_state",
+           "check_state", "check_streams", "far_array", "pickle_state", "ring_bound", "unpickle_state"]
 
 #: version of a pickled frame store (1: 0.1.0's pickled ``__dict__``; 2: a config of FrameStore's keywords
 #: before it took one StoreOptions, still read; 3: the config holds the StoreOptions fields)
@@ -39,6 +39,9 @@ UNWRITTEN = 255
 FAR = 255
 #: slots hold global frame numbers modulo this
 WRAP = 1 << 32
+#: an owner may overwrite up to this many chunks of rows between calls of ``release_before`` (the
+#: replay buffers free every 4 chunks of rows, all at once: a call costs a few µs, most of it per call)
+RELEASE_LAG_CHUNKS = 4
 #: rows per block of the consistency check (:func:`check_streams`): its temporaries, about 70 bytes
 #: per row of a block (replay, 1 env; measured by tracemalloc), stay near 70 MB
 _CHECK_ROWS = 1 << 20
@@ -172,13 +175,21 @@ def check_state(state: FrameStoreState, *, obs_shape: tuple[int, ...], dtype: np
     check_streams(state, name)
 
 
+def ring_bound(n_rows: int, stacks_per_row: int, depth: int, chunk_len: int) -> int:
+    """The most frames an env's region of the ring can need, a whole number of chunks: every stack
+    of every row stored fresh, and of the rows overwritten before a release
+    (:data:`RELEASE_LAG_CHUNKS`), plus two chunks of slack."""
+    frames = (n_rows + 1 + RELEASE_LAG_CHUNKS * chunk_len) * stacks_per_row * depth + 2 * chunk_len
+    return -(-frames // chunk_len) * chunk_len
+
+
 def check_own_state(state: FrameStoreState, *, chunk_len: int, name: str) -> None:
     """:func:`check_state` against the geometry the state declares (a saved buffer, before a store exists)."""
     depth = state.layout.depth if state.layout else 1
-    frames = (state.n_rows + 1) * state.stacks_per_row * depth + 2 * chunk_len
     check_state(state, obs_shape=tuple(state.obs_shape), dtype=state.dtype, n_rows=state.n_rows,
                 n_envs=state.n_envs, stacks_per_row=state.stacks_per_row, dedup=state.dedup,
-                chunk_len=chunk_len, max_ring_frames=-(-frames // chunk_len) * chunk_len, name=name)
+                chunk_len=chunk_len, max_ring_frames=ring_bound(state.n_rows, state.stacks_per_row, depth, chunk_len),
+                name=name)
 
 
 def check_streams(state: FrameStoreState, name: str) -> np.ndarray:

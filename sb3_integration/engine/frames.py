@@ -47,8 +47,9 @@ Atari stacks need, and grows by half (up to the worst case, ``depth`` frames
 per stack) when a stream would overwrite a frame that a live row still uses:
 growing only moves chunk-table entries (:meth:`ChunkedArray.remap`), nothing is
 decoded. Because descriptors hold global frame numbers, they do not change.
-When the owner overwrites its oldest row it calls :meth:`FrameStore.release_before`,
-and whole chunks of frames no live row uses are freed.
+When the owner overwrites its oldest rows it calls :meth:`FrameStore.release_before`
+(at least once every ``RELEASE_LAG_CHUNKS`` chunks of rows: the ring's bound leaves room
+for that lag), and whole chunks of frames no live row uses are freed.
 
 Reading. :meth:`FrameStore.gather` turns descriptors into frame ids (``-1`` for
 padding) and reads every frame of a batch, for every kind of stack, with one
@@ -109,6 +110,7 @@ from sb3_integration.engine.frame_state import (
     check_state,
     far_array,
     pickle_state,
+    ring_bound,
     unpickle_state,
 )
 from sb3_integration.engine.options import StoreOptions
@@ -264,9 +266,9 @@ class FrameStore(FrameWrites):
 
     @property
     def max_ring_frames(self) -> int:
-        """The worst case: every stack of every row stored fresh, plus two chunks of slack."""
+        """The worst case (:func:`~sb3_integration.engine.frame_state.ring_bound`)."""
         k = 1 if self.layout is None else self.layout.depth
-        return self._round((self.n_rows + 1) * self.stacks_per_row * k + 2 * self.chunk_len)
+        return ring_bound(self.n_rows, self.stacks_per_row, k, self.chunk_len)
 
     def _round(self, frames: int) -> int:
         L = self.chunk_len
@@ -525,7 +527,7 @@ class FrameStore(FrameWrites):
         depth = state.layout.depth if state.layout else 1
         check_state(state, obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
                     stacks_per_row=self.stacks_per_row, dedup=self.dedup, chunk_len=self.chunk_len,
-                    max_ring_frames=self._round((self.n_rows + 1) * self.stacks_per_row * depth + 2 * self.chunk_len),
+                    max_ring_frames=ring_bound(self.n_rows, self.stacks_per_row, depth, self.chunk_len),
                     name=self.name)
         frames = self._state_frames(state.frames, state.layout)
         new = {
