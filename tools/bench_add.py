@@ -1,6 +1,6 @@
 """Single-transition ``add()`` cost on real MsPacman stacks: SB3 (both layouts) against ours, in one process.
 
-    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--out results/bench_add.json]
+    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--cpu] [--out results/bench_add.json]
 
 Real frames: ``collect_stacked`` from ``tools/atari_data.py`` (SB3's own Atari pipeline, a
 uniformly random policy, (4, 84, 84) uint8, 1 env; cached under ``./data``). Each arm is a
@@ -44,14 +44,14 @@ def _arms(capacity: int) -> dict[str, Any]:
     }
 
 
-def _adds(buf: Any, tr: Any, start: int, n: int) -> float:
-    """Seconds per ``add()`` over ``n`` transitions from ``start`` (cycled)."""
+def _adds(buf: Any, tr: Any, start: int, n: int, clock: Any = time.perf_counter) -> float:
+    """Seconds per ``add()`` over ``n`` transitions from ``start`` (cycled), by ``clock``."""
     m = len(tr)
-    t0 = time.perf_counter()
+    t0 = clock()
     for i in range(start, start + n):
         t = i % m
         buf.add(tr.obs[t], tr.next_obs[t], tr.actions[t], tr.rewards[t], tr.dones[t], tr.infos[t])
-    return (time.perf_counter() - t0) / n
+    return (clock() - t0) / n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block", type=int, default=1000, help="adds per arm per round")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--cpu", action="store_true",
+                   help="time with the calling thread's CPU time (time.thread_time) instead of wall time: "
+                        "steadier on a shared machine (add() runs on the calling thread only)")
     args = p.parse_args(argv)
+    clock = time.thread_time if args.cpu else time.perf_counter
 
     import torch as th
     from atari_data import collect_stacked
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         order = names[r % len(names):] + names[: r % len(names)]
         got = {}
         for name in order:
-            got[name] = _adds(arms[name], tr, cursor[name], args.block)
+            got[name] = _adds(arms[name], tr, cursor[name], args.block, clock)
             cursor[name] += args.block
         for name in names:
             per[name].append(got[name] * 1e6)
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{"arm": n, "add_us": float(np.median(per[n])), "vs_sb3_opt_true": float(np.median(ratio[n])),
              "add_us_rounds": per[n], "ratio_rounds": ratio[n]} for n in names]
     lines = [f"add() per call, {args.game} (4, 84, 84) uint8, 1 env, capacity {args.capacity}, "
-             f"{args.rounds} rounds x {args.block} adds (medians)",
+             f"{args.rounds} rounds x {args.block} adds (medians, {'thread CPU' if args.cpu else 'wall'} time)",
              "| arm | µs / add | / SB3 opt=True |", "|---|---|---|"]
     lines += [f"| {r['arm']} | {r['add_us']:.1f} | {r['vs_sb3_opt_true']:.2f} |" for r in rows]
     print("\n".join(lines))
@@ -97,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "game": args.game,
                                         "capacity": args.capacity, "block": args.block, "rounds": args.rounds,
+                                        "clock": "thread_time" if args.cpu else "perf_counter",
                                         "frames": "real (atari_data.collect_stacked, random policy, seed 0)",
                                         "rows": rows}, indent=1))
     return 0
