@@ -47,6 +47,13 @@ def _axis_index(i: Any, n: int, axis: int) -> tuple[np.ndarray, bool]:
     return (arr + n * (arr < 0) if lo < 0 else arr), True
 
 
+#: ndarray methods that change the array in place (on a view they would change a temporary copy)
+_IN_PLACE = frozenset({"fill", "itemset", "partition", "put", "resize", "setfield", "setflags", "sort"})
+#: ndarray attributes that describe an array's own memory or device: a copy's would mislead (and a
+#: ``hasattr(x, "device")`` probe must not read the whole buffer)
+_NOT_FORWARDED = frozenset({"base", "ctypes", "data", "device", "flags", "to_device"})
+
+
 def _is_basic(k: Any) -> bool:
     return isinstance(k, (slice, int, np.integer))
 
@@ -227,6 +234,19 @@ class ObservationView:
 
     def copy(self) -> np.ndarray:
         return np.asarray(self)
+
+    def __getattr__(self, name: str) -> Any:
+        """numpy's other array methods and attributes (``mean``, ``max``, ``tolist``, ``T``, ...) on a copy.
+
+        Only called for names the view lacks. Methods that change an array in place would
+        change that copy only, so they raise TypeError instead.
+        """
+        if name.startswith("_") or name in _NOT_FORWARDED or not hasattr(np.ndarray, name):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name in _IN_PLACE:
+            raise TypeError(f"{self.name}.{name}() changes an array in place; a compressed buffer's "
+                            f"{self.name} are read through copies (take np.asarray({self.name}) to get one)")
+        return getattr(np.asarray(self), name)
 
     def astype(self, dtype: Any, copy: bool = True) -> np.ndarray:
         return np.asarray(self).astype(dtype)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pytest
 import torch as th
+from conftest import make_pair, random_transitions
+from gymnasium import spaces
 from stable_baselines3 import DQN
+from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import CheckpointCallback
 
 from chunkstore import HybridTier
-from sb3_integration import CompressedReplayBuffer
+from sb3_integration import CompressedReplayBuffer, CompressedRolloutBuffer
 
 
 def test_a_model_whose_buffer_is_on_a_tier_instance_checkpoints_and_loads(tmp_path, one_torch_thread):
@@ -32,3 +38,72 @@ def test_a_model_whose_buffer_is_on_a_tier_instance_checkpoints_and_loads(tmp_pa
     loaded.learn(40, reset_num_timesteps=False)
     assert loaded.num_timesteps == 160 and buffer.size() == 159
     assert all(th.isfinite(p).all() for p in loaded.policy.parameters())
+
+
+# -- buffer.observations as client code reads it ------------------------------------------------
+def _filled_pairs():
+    """(SB3's, ours) replay and rollout buffers holding the same observations."""
+    space = spaces.Box(0, 255, (2, 5, 4), np.uint8)
+    ref, ours = make_pair("replay", 12, space, spaces.Discrete(3), n_envs=2)
+    for tr in random_transitions(space, spaces.Discrete(3), 9, 2):
+        ref.add(*tr)
+        ours.add(*tr)
+    rollouts = (RolloutBuffer(6, space, spaces.Discrete(3), "cpu", n_envs=2),
+                CompressedRolloutBuffer(6, space, spaces.Discrete(3), "cpu", n_envs=2, chunk_len=4))
+    for t, (obs, *_) in enumerate(random_transitions(space, spaces.Discrete(3), 6, 2, seed=1)):
+        for buf in rollouts:
+            buf.add(obs, np.zeros((2, 1)), np.zeros(2, np.float32), np.full(2, t == 0), th.zeros(2), th.zeros(2))
+    return [(ref.observations, ours.observations), (ref.next_observations, ours.next_observations),
+            (rollouts[0].observations, rollouts[1].observations)]
+
+
+CALLS = {
+    "mean": lambda a: a.mean(), "mean(axis)": lambda a: a.mean(axis=(0, 1)), "max": lambda a: a.max(),
+    "min(axis=0)": lambda a: a.min(axis=0), "sum": lambda a: a.sum(dtype=np.int64), "std": lambda a: a.std(),
+    "argmax": lambda a: a.argmax(), "any": lambda a: a.any(), "all": lambda a: a.all(),
+    "tolist": lambda a: np.array(a.tolist()), "T": lambda a: a.T, "flatten": lambda a: a.flatten(),
+    "ravel": lambda a: a.ravel(), "transpose": lambda a: a.transpose(1, 0, 2, 3, 4),
+    "clip": lambda a: a.clip(10, 200), "tobytes": lambda a: np.frombuffer(a.tobytes(), np.uint8),
+    "squeeze": lambda a: a[:, :1].squeeze(1), "strides": lambda a: np.array(a.strides),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_observation_views_take_numpys_array_methods(call):
+    """buffer.observations.mean() and the like, as on SB3's ndarray (AttributeError before)."""
+    for ref, view in _filled_pairs():
+        got, want = CALLS[call](view), CALLS[call](ref)
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+        assert np.array_equal(got, want), call
+
+
+def test_observation_views_refuse_in_place_methods_and_unknown_names():
+    for _, view in _filled_pairs():
+        for call in (lambda v: v.fill(0), lambda v: v.sort(axis=0), lambda v: v.put([0], [1])):
+            with pytest.raises(TypeError, match="in place"):
+                call(view)
+        for name in ("no_such_name", "__cuda_array_interface__", "device", "flags", "base"):
+            assert not hasattr(view, name), name  # a probe for a tensor or for memory reads nothing
+        with pytest.raises(AttributeError, match="no_such_name"):
+            view.no_such_name  # noqa: B018
+
+
+def test_to_torch_of_a_whole_view_equals_sb3s_without_the_row_by_row_path():
+    """buffer.to_torch(buffer.observations): torch would read the view row by row, and warn."""
+    space = spaces.Box(0, 255, (2, 5, 4), np.uint8)
+    ref, ours = make_pair("replay", 12, space, spaces.Discrete(3), n_envs=2)
+    for tr in random_transitions(space, spaces.Discrete(3), 9, 2):
+        ref.add(*tr)
+        ours.add(*tr)
+    rollout = CompressedRolloutBuffer(6, space, spaces.Discrete(3), "cpu", n_envs=2, chunk_len=4)
+    for t, (obs, *_) in enumerate(random_transitions(space, spaces.Discrete(3), 6, 2, seed=1)):
+        rollout.add(obs, np.zeros((2, 1)), np.zeros(2, np.float32), np.full(2, t == 0), th.zeros(2), th.zeros(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("observations", "next_observations"):
+            got = ours.to_torch(getattr(ours, name))
+            assert got.dtype == th.uint8 and th.equal(got, ref.to_torch(getattr(ref, name)))
+        got = rollout.to_torch(rollout.observations)
+        assert th.equal(got, th.as_tensor(np.asarray(rollout.observations)))
+        flat = rollout.to_torch(rollout.swap_and_flatten(rollout.observations))
+        assert flat.shape == (12, 2, 5, 4) and th.equal(flat[:6], got[:, 0])
