@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
 
 __all__ = ["ObservationView", "Reader", "Writer", "same_rows"]
 
@@ -54,11 +55,22 @@ _IN_PLACE = frozenset({"fill", "itemset", "partition", "put", "resize", "setfiel
 _NOT_FORWARDED = frozenset({"base", "ctypes", "data", "device", "flags", "to_device"})
 
 
+def _span(k: Any) -> int:
+    """How many axes one entry of an index consumes (a boolean array: its ndim; None: none)."""
+    if k is None:
+        return 0
+    if isinstance(k, (np.ndarray, list)):
+        arr = np.asarray(k)
+        if arr.dtype == bool:
+            return arr.ndim
+    return 1
+
+
 def _is_basic(k: Any) -> bool:
     return isinstance(k, (slice, int, np.integer))
 
 
-class ObservationView:
+class ObservationView(NDArrayOperatorsMixin):
     """Read-only ndarray-like view of ``(buffer_size, n_envs, *obs_shape)`` observations.
 
     Supports ``shape``, ``dtype``, ``ndim``, ``len``, numpy indexing (ints,
@@ -83,7 +95,7 @@ class ObservationView:
 
     def __init__(self, reader: Reader, shape: tuple[int, ...], dtype: Any, name: str = "observations",
                  *, lead: np.ndarray | None = None, writer: Writer | None = None) -> None:
-        if len(shape) < 2:
+        if lead is None and len(shape) < 2:
             raise ValueError(f"shape must start with (buffer_size, n_envs), got {shape}")
         self._reader = reader
         self._writer = writer
@@ -123,12 +135,12 @@ class ObservationView:
         n_ell = sum(1 for k in key if k is Ellipsis)
         if n_ell > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
+        used = sum(_span(k) for k in key if k is not Ellipsis)  # a 2-D boolean mask indexes two axes
         if n_ell:
             at = next(i for i, k in enumerate(key) if k is Ellipsis)
-            fill = self.ndim - (len(key) - 1)
-            key = key[:at] + (slice(None),) * fill + key[at + 1 :]
-        if len(key) > self.ndim:
-            raise IndexError(f"too many indices for array: array is {self.ndim}-dimensional, but {len(key)} were indexed")
+            key = key[:at] + (slice(None),) * (self.ndim - used) + key[at + 1 :]
+        if used > self.ndim:
+            raise IndexError(f"too many indices for array: array is {self.ndim}-dimensional, but {used} were indexed")
         return key
 
     def __getitem__(self, key: Any) -> np.ndarray:
@@ -173,8 +185,10 @@ class ObservationView:
             pairs = self._lead[lead_key]
             rows, envs, idx_shape = pairs[..., 0], pairs[..., 1], pairs.shape[:-1]
         else:
-            key = key + (slice(None),) * (2 - len(key)) if len(key) < 2 else key
-            first = np.asarray(key[0]) if not _is_basic(key[0]) else None
+            first = np.asarray(key[0]) if key and not _is_basic(key[0]) else None
+            if first is None or not (first.dtype == bool and first.ndim == 2):
+                key = key + (slice(None),) * (2 - len(key)) if len(key) < 2 else key
+                first = np.asarray(key[0]) if not _is_basic(key[0]) else None
             if first is not None and first.dtype == bool and first.ndim == 2:
                 if first.shape != self.shape[:2]:
                     raise IndexError(f"boolean index of shape {first.shape} does not match {self.shape[:2]}")
@@ -225,8 +239,23 @@ class ObservationView:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """numpy's ufuncs and operators (``view == 0``, ``view + 1``, ``-view``) on the values, as on an array.
+
+        An ``out`` that is a view (``view += 1``) is computed into a new array and assigned
+        back through ``view[...] =``, which a read-only view refuses with TypeError.
+        """
         inputs = tuple(np.asarray(x) if isinstance(x, ObservationView) else x for x in inputs)
-        return getattr(ufunc, method)(*inputs, **kwargs)
+        out = kwargs.get("out")
+        if out is None or not any(isinstance(o, ObservationView) for o in out):
+            return getattr(ufunc, method)(*inputs, **kwargs)
+        if len(out) != 1 or method != "__call__":
+            raise TypeError(f"{self.name}: only a plain ufunc call can write into a view")
+        kwargs.pop("out")
+        out[0][...] = getattr(ufunc, method)(*inputs, **kwargs)
+        return out[0]
+
+    #: hashed by identity (an ndarray is not hashable; the operators above would otherwise unset it)
+    __hash__ = object.__hash__
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(self.shape[0]):

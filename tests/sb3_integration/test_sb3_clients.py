@@ -7,14 +7,15 @@ import warnings
 import numpy as np
 import pytest
 import torch as th
-from conftest import make_pair, random_transitions
+from conftest import assert_samples_equal, make_pair, random_transitions
 from gymnasium import spaces
 from stable_baselines3 import DQN
-from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.buffers import BaseBuffer, RolloutBuffer
 from stable_baselines3.common.callbacks import CheckpointCallback
 
 from chunkstore import HybridTier
 from sb3_integration import CompressedReplayBuffer, CompressedRolloutBuffer
+from sb3_integration.buffers.views import ObservationView
 
 
 def test_a_model_whose_buffer_is_on_a_tier_instance_checkpoints_and_loads(tmp_path, one_torch_thread):
@@ -107,3 +108,89 @@ def test_to_torch_of_a_whole_view_equals_sb3s_without_the_row_by_row_path():
         assert th.equal(got, th.as_tensor(np.asarray(rollout.observations)))
         flat = rollout.to_torch(rollout.swap_and_flatten(rollout.observations))
         assert flat.shape == (12, 2, 5, 4) and th.equal(flat[:6], got[:, 0])
+
+
+# -- the views as arrays: operators, writes through a writer, boolean masks ------------------------
+def _writable_view(shape):
+    data = np.random.default_rng(0).integers(0, 50, shape).astype(np.float32)
+
+    def write(rows, envs, values):
+        data[rows, envs] = values
+
+    return ObservationView(lambda rows, envs: data[rows, envs].copy(), shape, data.dtype, writer=write), data
+
+
+MASK = np.random.default_rng(1).random((6, 3)) < 0.5
+KEYS = [(MASK,), (MASK, Ellipsis), (MASK, 1), (MASK, Ellipsis, 0), (MASK, slice(None), 1), (Ellipsis, 1),
+        (slice(None), MASK[0]), (np.array([-1, 0]), np.array([2, -3])), (slice(None, None, -2), 0)]
+
+
+def _axes(key):
+    return sum(k.ndim if isinstance(k, np.ndarray) and k.dtype == bool else 1 for k in key if k is not Ellipsis)
+
+
+CASES = [(item, key) for item in [(), (2, 3)] for key in KEYS if _axes(key) <= 2 + len(item)]
+
+
+@pytest.mark.parametrize(("item_shape", "key"), CASES, ids=range(len(CASES)))
+def test_view_reads_and_writes_index_as_numpy(item_shape, key):
+    """A 2-D boolean mask indexes both leading axes, also with ``...`` or an item index after it
+    (``rewards[dones == 1] = x`` on compressed small arrays raised IndexError)."""
+    view, data = _writable_view((6, 3, *item_shape))
+    want = data.copy()
+    assert np.array_equal(view[key], want[key]) and view[key].shape == want[key].shape
+    value = np.arange(want[key].size, dtype=np.float32).reshape(want[key].shape) + 100
+    view[key] = value
+    want[key] = value
+    assert np.array_equal(data, want)
+    view[key] = -1.0  # broadcast
+    want[key] = -1.0
+    assert np.array_equal(data, want)
+
+
+OPERATORS = {  # "<=" with the view on the right: Python asks the view for the reflected comparison
+    "==": lambda a: a == 0, "!=": lambda a: a != 3, ">": lambda a: a > 20, "<=": lambda a: 20 <= a,  # noqa: SIM300
+    "+": lambda a: a + 1, "radd": lambda a: 1 + a, "*": lambda a: a * 2.5, "-": lambda a: -a, "abs": abs,
+    "//": lambda a: a // 3, "**": lambda a: a**2, "where": lambda a: np.stack(np.where(a == 4)),
+}
+
+
+@pytest.mark.parametrize("op", list(OPERATORS))
+def test_view_operators_act_on_the_values(op):
+    """``buffer.dones == 1``, ``rewards + 1``, ...: Python fell back to identity (False) or TypeError."""
+    view, data = _writable_view((6, 3))
+    got, want = OPERATORS[op](view), OPERATORS[op](data)
+    assert isinstance(got, np.ndarray) and got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_in_place_operators_write_through_a_writable_view_and_a_read_only_one_refuses():
+    view, data = _writable_view((6, 3))
+    before = data.copy()
+    alias = view
+    view += 2
+    view *= 3
+    assert view is alias and np.array_equal(data, (before + 2) * 3)
+    _, ours = _filled_pairs()[0]
+    with pytest.raises(TypeError, match="read-only"):
+        ours += 1
+    assert hash(ours) == hash(ours)  # hashed by identity, as before the operators
+
+
+def test_compressed_small_arrays_as_client_code_uses_them():
+    """Large buffers keep actions/rewards/dones/timeouts in compressed chunks (small_arrays)."""
+    space = spaces.Box(0, 255, (2, 5, 4), np.uint8)
+    ref, ours = make_pair("replay", 12, space, spaces.Discrete(3), n_envs=2, small_arrays="compressed")
+    for tr in random_transitions(space, spaces.Discrete(3), 15, 2):
+        ref.add(*tr)
+        ours.add(*tr)
+    assert isinstance(ours.rewards, ObservationView)
+    for buf in (ref, ours):  # what a reward-shaping callback writes
+        buf.rewards[buf.dones == 1] -= 1.0
+        buf.rewards += 0.5
+    assert np.array_equal(np.asarray(ours.rewards), ref.rewards)
+    for name in ("actions", "rewards", "dones", "timeouts"):
+        want, got = getattr(ref, name), getattr(ours, name)
+        assert np.array_equal(BaseBuffer.swap_and_flatten(got), BaseBuffer.swap_and_flatten(want)), name
+        assert np.array_equal(got == 1, want == 1) and got.sum() == want.sum(), name
+    for seed in range(3):
+        assert_samples_equal(ref, ours, 8, seed)
