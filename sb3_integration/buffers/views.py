@@ -74,10 +74,12 @@ class ObservationView(NDArrayOperatorsMixin):
     """Read-only ndarray-like view of ``(buffer_size, n_envs, *obs_shape)`` observations.
 
     Supports ``shape``, ``dtype``, ``ndim``, ``len``, numpy indexing (ints,
-    slices, integer and boolean arrays, tuples, ``...``), ``np.asarray``, ufuncs
-    (``view == x``), ``np.allclose``, iteration over the first axis, and the
-    ``swapaxes``/``reshape`` of the leading (row, env) axes that SB3's
-    ``swap_and_flatten`` makes. Every read returns a new array, fetched by
+    slices, integer and boolean arrays, a 2-D boolean mask of the leading axes, tuples,
+    ``...``), ``np.asarray``, ufuncs and operators (``view == x``, ``view + 1``),
+    ``np.allclose``, iteration over the first axis, numpy's other array methods on
+    a copy (``view.mean()``), and the ``swapaxes``/``reshape`` of the leading (row,
+    env) axes that SB3's ``swap_and_flatten`` makes. With a ``writer``, assignments
+    and in-place operators write through it. Every read returns a new array, fetched by
     ``reader(rows, envs)`` (flat, in-range int64 arrays; it returns
     ``(len(rows), *obs_shape)``). Exotic indices (``None``, advanced indices past
     the leading axes) materialise the whole array first.
