@@ -194,3 +194,99 @@ def test_compressed_small_arrays_as_client_code_uses_them():
         assert np.array_equal(got == 1, want == 1) and got.sum() == want.sum(), name
     for seed in range(3):
         assert_samples_equal(ref, ours, 8, seed)
+
+
+# -- SB3's and sb3-contrib's off-policy algorithms, several envs, resumed from SB3's pickles --------
+def _params_equal(a, b):
+    pa, pb = a.policy.state_dict(), b.policy.state_dict()
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        assert th.equal(pa[name], pb[name]), name
+
+
+def _algorithms():
+    from sb3_contrib import QRDQN, TQC, CrossQ
+    from stable_baselines3 import DDPG, TD3
+
+    box = {"buffer_size": 90, "learning_starts": 40, "batch_size": 16}
+    return {
+        "td3": (TD3, "Pendulum-v1", {"policy_kwargs": {"net_arch": [16]}}),
+        "ddpg": (DDPG, "Pendulum-v1", {"policy_kwargs": {"net_arch": [16]}}),
+        "tqc": (TQC, "Pendulum-v1", {"policy_kwargs": {"net_arch": [16], "n_quantiles": 5, "n_critics": 2}}),
+        "crossq": (CrossQ, "Pendulum-v1", {"policy_kwargs": {"net_arch": [16]}}),
+        "qrdqn": (QRDQN, "CartPole-v1", {"policy_kwargs": {"net_arch": [16], "n_quantiles": 5},
+                                          "optimize_memory_usage": True,
+                                          "replay_buffer_kwargs": {"handle_timeout_termination": False}}),
+    }, box
+
+
+@pytest.mark.parametrize("name", ["td3", "ddpg", "tqc", "crossq", "qrdqn"])
+def test_off_policy_algorithms_with_two_envs_train_as_with_sb3s_buffer(name, one_torch_thread):
+    """Past the wrap-around of a 2-env buffer (45 rows): the same parameters as with SB3's ReplayBuffer."""
+    from stable_baselines3.common.buffers import ReplayBuffer
+    from stable_baselines3.common.env_util import make_vec_env
+
+    algorithms, common = _algorithms()
+    algo, env_id, kw = algorithms[name]
+    models = []
+    for cls in (ReplayBuffer, CompressedReplayBuffer):
+        model = algo("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=0), seed=0, device="cpu",
+                     replay_buffer_class=cls, **common, **kw)
+        model.learn(140)
+        models.append(model)
+    assert models[1].replay_buffer.full and type(models[1].replay_buffer) is CompressedReplayBuffer
+    assert models[0]._n_updates == models[1]._n_updates > 0
+    _params_equal(*models)
+
+
+def _train_pickle_resume(algo, policy, env, buffer_class, kw, path):
+    """learn, model.save + save_replay_buffer, Algo.load + load_replay_buffer, learn on: what SB3's docs show."""
+    import random
+
+    model = algo(policy, env, seed=0, device="cpu", replay_buffer_class=buffer_class, **kw)
+    model.learn(100)
+    model.save(path / "model.zip")
+    model.save_replay_buffer(path / "buffer.pkl")
+    rng = (np.random.get_state(), th.get_rng_state(), random.getstate())  # noqa: NPY002 - SB3 samples with it
+    resumed = algo.load(path / "model.zip", env=env, device="cpu", force_reset=False)
+    np.random.set_state(rng[0])  # noqa: NPY002
+    th.set_rng_state(rng[1])
+    random.setstate(rng[2])
+    resumed.load_replay_buffer(path / "buffer.pkl")
+    assert type(resumed.replay_buffer) is buffer_class
+    resumed.learn(60, reset_num_timesteps=False)
+    assert resumed.num_timesteps == 160
+    return resumed
+
+
+@pytest.mark.parametrize("kind", ["sac", "her"])
+def test_resumed_from_sb3s_pickles_with_two_envs_as_with_sb3s_buffer(kind, tmp_path, one_torch_thread):
+    from stable_baselines3 import SAC, HerReplayBuffer
+    from stable_baselines3.common.buffers import ReplayBuffer
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.envs import BitFlippingEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from sb3_integration import CompressedHerReplayBuffer
+
+    kw = {"buffer_size": 90, "learning_starts": 40, "batch_size": 16, "policy_kwargs": {"net_arch": [16]}}
+    if kind == "her":
+        classes, policy = (HerReplayBuffer, CompressedHerReplayBuffer), "MultiInputPolicy"
+        kw["replay_buffer_kwargs"] = {"n_sampled_goal": 2}
+
+        def make_env():
+            return DummyVecEnv([lambda: BitFlippingEnv(n_bits=5, continuous=True, max_steps=5)] * 2)
+    else:
+        classes, policy = (ReplayBuffer, CompressedReplayBuffer), "MlpPolicy"
+
+        def make_env():
+            return make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+    models = []
+    for i, cls in enumerate(classes):
+        (tmp_path / str(i)).mkdir()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # HER: "the last trajectory ... will be truncated"
+            models.append(_train_pickle_resume(SAC, policy, make_env(), cls, kw, tmp_path / str(i)))
+    assert models[0]._n_updates == models[1]._n_updates > 0
+    _params_equal(*models)
+    assert th.equal(models[0].log_ent_coef, models[1].log_ent_coef)
