@@ -78,7 +78,7 @@ class ObservationView(NDArrayOperatorsMixin):
     ``...``), ``np.asarray``, ufuncs and operators (``view == x``, ``view + 1``),
     ``np.allclose``, iteration over the first axis, numpy's other array methods on
     a copy (``view.mean()``), and the ``swapaxes``/``reshape`` of the leading (row,
-    env) axes that SB3's ``swap_and_flatten`` makes. With a ``writer``, assignments
+    env) axes that SB3's ``swap_and_flatten`` makes (other axes: numpy's, on a copy). With a ``writer``, assignments
     and in-place operators write through it. Every read returns a new array, fetched by
     ``reader(rows, envs)`` (flat, in-range int64 arrays; it returns
     ``(len(rows), *obs_shape)``). Exotic indices (``None``, advanced indices past
@@ -282,28 +282,34 @@ class ObservationView(NDArrayOperatorsMixin):
     def astype(self, dtype: Any, copy: bool = True) -> np.ndarray:
         return np.asarray(self).astype(dtype)
 
-    def swapaxes(self, a: int, b: int) -> ObservationView:
-        """Swap two leading axes (what SB3's ``swap_and_flatten`` calls); no data is read."""
+    def swapaxes(self, a: int, b: int) -> ObservationView | np.ndarray:
+        """Swap two leading axes (what SB3's ``swap_and_flatten`` calls): a view, no data is read.
+
+        Any other pair of axes: numpy's ``swapaxes`` of a copy.
+        """
         a, b = (x % self.ndim for x in (a, b))
         if a >= self._nlead or b >= self._nlead:
-            raise ValueError(f"only the leading (row, env) axes of {self.name} can be swapped")
+            return np.asarray(self).swapaxes(a, b)
         lead = self._pairs().swapaxes(a, b)
         shape = list(self.shape)
         shape[a], shape[b] = shape[b], shape[a]
         return ObservationView(self._reader, tuple(shape), self.dtype, self.name, lead=lead, writer=self._writer)
 
-    def reshape(self, *shape: Any) -> ObservationView:
-        """Reshape the leading axes; the observation shape must stay as it is."""
+    def reshape(self, *shape: Any) -> ObservationView | np.ndarray:
+        """Reshape the leading axes, the observation shape as it is: a view, no data is read.
+
+        Any other shape: numpy's ``reshape`` of a copy (and numpy's errors).
+        """
         shape = tuple(shape[0]) if len(shape) == 1 and not np.isscalar(shape[0]) else shape
         item = self._item_shape
         count = math.prod(self.shape[: self._nlead])
-        if -1 in shape:
+        want = shape
+        if shape.count(-1) == 1 and all(d != 0 for d in shape):
             known = math.prod(d for d in shape if d != -1)
             shape = tuple(self.size // known if d == -1 else d for d in shape)
         if len(shape) < len(item) or tuple(shape[len(shape) - len(item):]) != item or \
                 math.prod(shape[: len(shape) - len(item)]) != count or len(shape) == len(item):
-            raise ValueError(f"cannot reshape {self.name} of shape {self.shape} into {shape}: only "
-                             f"the leading axes can change (observations are {item})")
+            return np.asarray(self).reshape(want)
         lead = np.ascontiguousarray(self._pairs()).reshape(*shape[: len(shape) - len(item)], 2)
         return ObservationView(self._reader, tuple(int(d) for d in shape), self.dtype, self.name, lead=lead,
                                writer=self._writer)

@@ -66,6 +66,10 @@ CALLS = {
     "ravel": lambda a: a.ravel(), "transpose": lambda a: a.transpose(1, 0, 2, 3, 4),
     "clip": lambda a: a.clip(10, 200), "tobytes": lambda a: np.frombuffer(a.tobytes(), np.uint8),
     "squeeze": lambda a: a[:, :1].squeeze(1), "strides": lambda a: np.array(a.strides),
+    # reshapes and swaps past the leading (row, env) axes: a copy (they raised ValueError)
+    "reshape(-1)": lambda a: a.reshape(-1), "reshape(rows, -1)": lambda a: a.reshape(a.shape[0], -1),
+    "swapaxes(-1, -2)": lambda a: a.swapaxes(-1, -2), "swapaxes(0, 2)": lambda a: a.swapaxes(0, 2),
+    "reshape leading": lambda a: np.asarray(a.reshape(-1, *a.shape[2:])),
 }
 
 
