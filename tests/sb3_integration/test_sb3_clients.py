@@ -294,3 +294,72 @@ def test_resumed_from_sb3s_pickles_with_two_envs_as_with_sb3s_buffer(kind, tmp_p
     assert models[0]._n_updates == models[1]._n_updates > 0
     _params_equal(*models)
     assert th.equal(models[0].log_ent_coef, models[1].log_ent_coef)
+
+
+# -- on-policy algorithms and VecNormalize ----------------------------------------------------------
+@pytest.mark.parametrize("algo_name", ["a2c", "trpo", "ppo"])
+def test_on_policy_algorithms_on_three_normalized_envs_train_as_with_sb3s_buffer(algo_name, one_torch_thread):
+    """A2C, sb3-contrib's TRPO and PPO with rollout_buffer_class= on VecNormalize(3 envs)."""
+    from sb3_contrib import TRPO
+    from stable_baselines3 import A2C, PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    algo, kw = {"a2c": (A2C, {"n_steps": 8}), "trpo": (TRPO, {"n_steps": 32, "batch_size": 16}),
+                "ppo": (PPO, {"n_steps": 32, "batch_size": 16, "n_epochs": 2})}[algo_name]
+    models = []
+    for cls in (RolloutBuffer, CompressedRolloutBuffer):
+        env = VecNormalize(make_vec_env("CartPole-v1", n_envs=3, seed=0))
+        model = algo("MlpPolicy", env, seed=0, device="cpu", rollout_buffer_class=cls,
+                     policy_kwargs={"net_arch": [16]}, **kw)
+        model.learn(200)
+        models.append(model)
+    assert type(models[1].rollout_buffer) is CompressedRolloutBuffer
+    assert models[0]._n_updates == models[1]._n_updates > 0
+    _params_equal(*models)
+
+
+def test_her_on_normalized_goal_envs_trains_as_with_sb3s_buffer(one_torch_thread):
+    """HER samples normalise observations and relabelled goals with the VecNormalize env."""
+    import gymnasium as gym
+    from stable_baselines3 import SAC, HerReplayBuffer
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from sb3_integration import CompressedHerReplayBuffer
+
+    class Reach(gym.Env):
+        """A point moving to a goal in the plane; reward -1 until within 0.1, then the episode ends."""
+
+        goal = spaces.Box(-1, 1, (2,), np.float32)
+        observation_space = spaces.Dict({"observation": spaces.Box(-5, 5, (4,), np.float32),
+                                         "achieved_goal": goal, "desired_goal": goal})
+        action_space = spaces.Box(-1, 1, (2,), np.float32)
+
+        def _obs(self):
+            return {"observation": np.concatenate([self.p, self.g]).astype(np.float32),
+                    "achieved_goal": self.p.astype(np.float32), "desired_goal": self.g.astype(np.float32)}
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.p, self.g, self.t = self.np_random.uniform(-1, 1, 2), self.np_random.uniform(-1, 1, 2), 0
+            return self._obs(), {}
+
+        def step(self, action):
+            self.p, self.t = np.clip(self.p + 0.1 * action, -1, 1), self.t + 1
+            reward = float(self.compute_reward(self.p, self.g, {}))
+            return self._obs(), reward, reward == 0, self.t >= 10, {}
+
+        def compute_reward(self, achieved, desired, info):
+            return -(np.linalg.norm(np.asarray(achieved) - np.asarray(desired), axis=-1) > 0.1).astype(np.float32)
+
+    models = []
+    for cls in (HerReplayBuffer, CompressedHerReplayBuffer):
+        env = VecNormalize(DummyVecEnv([Reach] * 2), norm_obs_keys=["observation", "achieved_goal", "desired_goal"])
+        env.seed(0)
+        model = SAC("MultiInputPolicy", env, buffer_size=200, learning_starts=40, batch_size=16, seed=0,
+                    device="cpu", replay_buffer_class=cls, policy_kwargs={"net_arch": [16]},
+                    replay_buffer_kwargs={"n_sampled_goal": 2})
+        model.learn(260)
+        models.append(model)
+    assert models[1].replay_buffer.full and models[1]._n_updates > 0
+    _params_equal(*models)
