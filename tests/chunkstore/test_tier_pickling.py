@@ -46,3 +46,15 @@ def test_a_tier_pickles_as_an_empty_tier_with_its_settings(kind, how, tmp_path):
     finally:
         clone.close()
         tier.close()
+
+
+@pytest.mark.parametrize("kind", ["disk", "hybrid"])
+def test_a_tier_whose_directory_cannot_be_made_unpickles_to_a_runtime_error(kind, tmp_path):
+    """SB3's Algo.load turns a RuntimeError into a warning (an OSError would stop the load)."""
+    tier = TIERS[kind](tmp_path / "spill")
+    blob = pickle.dumps(tier)
+    tier.close()
+    (tmp_path / "spill").rmdir()
+    (tmp_path / "spill").write_text("a file where the directory was")
+    with pytest.raises(RuntimeError, match=f"cannot rebuild a pickled {type(tier).__name__} here"):
+        pickle.loads(blob)

@@ -41,6 +41,25 @@ def test_a_model_whose_buffer_is_on_a_tier_instance_checkpoints_and_loads(tmp_pa
     assert all(th.isfinite(p).all() for p in loaded.policy.parameters())
 
 
+
+def test_a_model_whose_spill_directory_cannot_be_made_loads_with_sb3s_warning(tmp_path, one_torch_thread):
+    """Loading elsewhere (no such directory can be made): SB3 warns and goes on, as for any kwargs."""
+    import shutil
+
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=100, learning_starts=30, device="cpu", seed=0,
+                replay_buffer_class=CompressedReplayBuffer,
+                replay_buffer_kwargs={"tier": HybridTier(1 << 14, tmp_path / "spill", segment_bytes=1 << 12)})
+    model.learn(40)
+    model.save(tmp_path / "model.zip")
+    model.replay_buffer.close()
+    shutil.rmtree(tmp_path / "spill")
+    (tmp_path / "spill").write_text("a file where the directory was")
+    with pytest.warns(UserWarning, match="Could not deserialize object replay_buffer_kwargs"):
+        loaded = DQN.load(tmp_path / "model.zip", env=model.get_env(), device="cpu")
+    assert isinstance(loaded.replay_buffer, CompressedReplayBuffer) and loaded.replay_buffer.store_options.tier is None
+    loaded.learn(40, reset_num_timesteps=False)
+    assert loaded.num_timesteps == 80
+
 # -- buffer.observations as client code reads it ------------------------------------------------
 def _filled_pairs():
     """(SB3's, ours) replay and rollout buffers holding the same observations."""
