@@ -65,13 +65,13 @@ _RELEASED = -1
 def _rebuild(cls: type[Tier], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tier:
     """An empty tier from :meth:`SegmentedTier._settings` (what a pickled tier becomes).
 
-    A tier that cannot be built here (its directory cannot be made on this machine) is a
-    RuntimeError, which SB3's ``Algo.load`` reports as a warning before it goes on without
-    ``replay_buffer_kwargs`` (give them again with ``custom_objects``).
+    A tier that cannot be built here (its directory cannot be made on this machine, its CUDA
+    device is missing) is a RuntimeError, which SB3's ``Algo.load`` reports as a warning before
+    it goes on without ``replay_buffer_kwargs`` (give them again with ``custom_objects``).
     """
     try:
         return cls(*args, **kwargs)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # the settings were a working tier's: it is this machine
         raise RuntimeError(f"cannot rebuild a pickled {cls.__name__} here: {e}") from e
 
 

@@ -58,3 +58,19 @@ def test_a_tier_whose_directory_cannot_be_made_unpickles_to_a_runtime_error(kind
     (tmp_path / "spill").write_text("a file where the directory was")
     with pytest.raises(RuntimeError, match=f"cannot rebuild a pickled {type(tier).__name__} here"):
         pickle.loads(blob)
+
+
+class _PickledCudaTier:
+    """Pickles as DeviceTier("cuda", ...) pickles on a CUDA machine."""
+
+    def __reduce__(self):
+        from chunkstore.tiers._segments import _rebuild
+
+        return _rebuild, (DeviceTier, ("cuda",), {"segment_bytes": 1 << 16, "max_bytes": None})
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the machine without CUDA")
+def test_a_cuda_device_tier_unpickled_without_cuda_is_a_runtime_error():
+    blob = pickle.dumps(_PickledCudaTier())
+    with pytest.raises(RuntimeError, match=r"cannot rebuild a pickled DeviceTier here: .*CUDA is not available"):
+        pickle.loads(blob)
