@@ -59,11 +59,10 @@ def _span(k: Any) -> int:
     """How many axes one entry of an index consumes (a boolean array: its ndim; None: none)."""
     if k is None:
         return 0
-    if isinstance(k, (np.ndarray, list)):
-        arr = np.asarray(k)
-        if arr.dtype == bool:
-            return arr.ndim
-    return 1
+    if k is Ellipsis or isinstance(k, (slice, int, np.integer)):
+        return 1
+    arr = np.asarray(k)  # an array, a list, a torch tensor
+    return arr.ndim if arr.dtype == bool else 1
 
 
 def _is_basic(k: Any) -> bool:

@@ -145,11 +145,12 @@ def _writable_view(shape):
 
 MASK = np.random.default_rng(1).random((6, 3)) < 0.5
 KEYS = [(MASK,), (MASK, Ellipsis), (MASK, 1), (MASK, Ellipsis, 0), (MASK, slice(None), 1), (Ellipsis, 1),
+        (th.as_tensor(MASK), Ellipsis, 1), (MASK.tolist(), Ellipsis),
         (slice(None), MASK[0]), (np.array([-1, 0]), np.array([2, -3])), (slice(None, None, -2), 0)]
 
 
 def _axes(key):
-    return sum(k.ndim if isinstance(k, np.ndarray) and k.dtype == bool else 1 for k in key if k is not Ellipsis)
+    return sum(np.ndim(k) if np.asarray(k).dtype == bool else 1 for k in key if k is not Ellipsis)
 
 
 CASES = [(item, key) for item in [(), (2, 3)] for key in KEYS if _axes(key) <= 2 + len(item)]
