@@ -422,6 +422,7 @@ def test_sample_interrupted_releases_every_lock_and_leaves_data(threads, monkeyp
     from chunkstore import native
 
     monkeypatch.setattr(native, "PARALLEL_MIN_ITEMS", 1)  # two threads even for small samples
+    monkeypatch.setattr(native, "PARALLEL_MIN_BYTES", 0)
     ref, ours = make_pair("replay", ROWS, SPACE, ACT, chunk_len=CHUNK, compression_method="zstd3")
     fs = ours.frame_stores[None]
     fs.options = fs.options.replace(threads=threads)
@@ -591,6 +592,7 @@ FORK_SCRIPT = textwrap.dedent("""
     from gymnasium import spaces
     from chunkstore import native
     native.PARALLEL_MIN_ITEMS = 1
+    native.PARALLEL_MIN_BYTES = 0
     space = spaces.Box(0, 255, (4, 6, 5), np.uint8)
     ref, ours = make_pair("replay", 64, space, spaces.Discrete(3), chunk_len=4, compression_method="zstd3")
     for t, (o, n) in enumerate(frame_stack_stream(80, 1, ep_len=7)):

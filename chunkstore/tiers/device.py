@@ -77,6 +77,9 @@ class DeviceTier(SegmentedTier):
         self._staging: Any = None  # pinned host buffer for cuda puts (writer only)
         self._staging_lock = threading.Lock()
 
+    def _settings(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (str(self.device),), {"segment_bytes": self.segment_bytes, "max_bytes": self.max_bytes}
+
     @property
     def ram_nbytes(self) -> int:
         """Segments on a CUDA device are not this process's host memory (the pinned staging buffer is)."""

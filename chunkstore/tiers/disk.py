@@ -259,6 +259,11 @@ class DiskTier(SegmentedTier):
         self._dir = SegmentDirectory(directory, prefix="chunkstore-disk-")
         self.keep_files = keep_files
 
+    def _settings(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        _, kwargs = super()._settings()
+        return (self._dir.path.parent,), {**kwargs, "max_mapped_bytes": self._pages.max_mapped_bytes,
+                                          "keep_files": self.keep_files}
+
     @property
     def keep_files(self) -> bool:
         """Leave the segment files on disk (see the class docstring)."""

@@ -99,6 +99,10 @@ class HybridTier(SegmentedTier):
         self.spills = 0
         self.ram_allocations = 0
 
+    def _settings(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.ram_budget_bytes, self._dir.path.parent), {
+            "segment_bytes": self.segment_bytes, "max_mapped_bytes": self._pages.max_mapped_bytes}
+
     @property
     def nbytes(self) -> int:
         """Bytes of storage held: RAM arrays plus disk files, in use or spare."""

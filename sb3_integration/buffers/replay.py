@@ -367,6 +367,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         if self._owned.pop(id(array), None) is array:
             check_not_meta(array, self.device, f"return samples on {self.device}")
             return th.as_tensor(array, device=self.device)
+        if isinstance(array, ObservationView):  # torch reads a non-ndarray row by row (slow, and it warns)
+            array = np.asarray(array)
         return super().to_torch(array, copy=copy)  # type: ignore[misc]
 
     def _normalize_obs(self, obs: Any, env: VecNormalize | None = None) -> Any:

@@ -228,6 +228,11 @@ class _CompressedRolloutMixin(ClosableBuffer):
     def _converted(self, samples: Any) -> Any:
         return convert_samples(samples, output_dtype=None, normalize_images=self.normalize_images)
 
+    def to_torch(self, array: np.ndarray, copy: bool = True) -> th.Tensor:
+        if isinstance(array, ObservationView):  # torch reads a non-ndarray row by row (slow, and it warns)
+            array = np.asarray(array)
+        return super().to_torch(array, copy=copy)  # type: ignore[misc]
+
     def _obs_tensor(self, obs: Any) -> th.Tensor:
         # obs is a fresh array nobody else holds: share it instead of copying (SB3's to_torch copies)
         check_not_meta(obs, self.device, f"return samples on {self.device}")

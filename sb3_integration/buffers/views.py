@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
 
 __all__ = ["ObservationView", "Reader", "Writer", "same_rows"]
 
@@ -47,18 +48,37 @@ def _axis_index(i: Any, n: int, axis: int) -> tuple[np.ndarray, bool]:
     return (arr + n * (arr < 0) if lo < 0 else arr), True
 
 
+#: ndarray methods that change the array in place (on a view they would change a temporary copy)
+_IN_PLACE = frozenset({"fill", "itemset", "partition", "put", "resize", "setfield", "setflags", "sort"})
+#: ndarray attributes that describe an array's own memory or device: a copy's would mislead (and a
+#: ``hasattr(x, "device")`` probe must not read the whole buffer)
+_NOT_FORWARDED = frozenset({"base", "ctypes", "data", "device", "flags", "to_device"})
+
+
+def _span(k: Any) -> int:
+    """How many axes one entry of an index consumes (a boolean array: its ndim; None: none)."""
+    if k is None:
+        return 0
+    if k is Ellipsis or isinstance(k, (slice, int, np.integer)):
+        return 1
+    arr = np.asarray(k)  # an array, a list, a torch tensor
+    return arr.ndim if arr.dtype == bool else 1
+
+
 def _is_basic(k: Any) -> bool:
     return isinstance(k, (slice, int, np.integer))
 
 
-class ObservationView:
+class ObservationView(NDArrayOperatorsMixin):
     """Read-only ndarray-like view of ``(buffer_size, n_envs, *obs_shape)`` observations.
 
     Supports ``shape``, ``dtype``, ``ndim``, ``len``, numpy indexing (ints,
-    slices, integer and boolean arrays, tuples, ``...``), ``np.asarray``, ufuncs
-    (``view == x``), ``np.allclose``, iteration over the first axis, and the
-    ``swapaxes``/``reshape`` of the leading (row, env) axes that SB3's
-    ``swap_and_flatten`` makes. Every read returns a new array, fetched by
+    slices, integer and boolean arrays, a 2-D boolean mask of the leading axes, tuples,
+    ``...``), ``np.asarray``, ufuncs and operators (``view == x``, ``view + 1``),
+    ``np.allclose``, iteration over the first axis, numpy's other array methods on
+    a copy (``view.mean()``), and the ``swapaxes``/``reshape`` of the leading (row,
+    env) axes that SB3's ``swap_and_flatten`` makes (other axes: numpy's, on a copy). With a ``writer``, assignments
+    and in-place operators write through it. Every read returns a new array, fetched by
     ``reader(rows, envs)`` (flat, in-range int64 arrays; it returns
     ``(len(rows), *obs_shape)``). Exotic indices (``None``, advanced indices past
     the leading axes) materialise the whole array first.
@@ -76,7 +96,7 @@ class ObservationView:
 
     def __init__(self, reader: Reader, shape: tuple[int, ...], dtype: Any, name: str = "observations",
                  *, lead: np.ndarray | None = None, writer: Writer | None = None) -> None:
-        if len(shape) < 2:
+        if lead is None and len(shape) < 2:
             raise ValueError(f"shape must start with (buffer_size, n_envs), got {shape}")
         self._reader = reader
         self._writer = writer
@@ -116,12 +136,12 @@ class ObservationView:
         n_ell = sum(1 for k in key if k is Ellipsis)
         if n_ell > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
+        used = sum(_span(k) for k in key if k is not Ellipsis)  # a 2-D boolean mask indexes two axes
         if n_ell:
             at = next(i for i, k in enumerate(key) if k is Ellipsis)
-            fill = self.ndim - (len(key) - 1)
-            key = key[:at] + (slice(None),) * fill + key[at + 1 :]
-        if len(key) > self.ndim:
-            raise IndexError(f"too many indices for array: array is {self.ndim}-dimensional, but {len(key)} were indexed")
+            key = key[:at] + (slice(None),) * (self.ndim - used) + key[at + 1 :]
+        if used > self.ndim:
+            raise IndexError(f"too many indices for array: array is {self.ndim}-dimensional, but {used} were indexed")
         return key
 
     def __getitem__(self, key: Any) -> np.ndarray:
@@ -166,8 +186,10 @@ class ObservationView:
             pairs = self._lead[lead_key]
             rows, envs, idx_shape = pairs[..., 0], pairs[..., 1], pairs.shape[:-1]
         else:
-            key = key + (slice(None),) * (2 - len(key)) if len(key) < 2 else key
-            first = np.asarray(key[0]) if not _is_basic(key[0]) else None
+            first = np.asarray(key[0]) if key and not _is_basic(key[0]) else None
+            if first is None or not (first.dtype == bool and first.ndim == 2):
+                key = key + (slice(None),) * (2 - len(key)) if len(key) < 2 else key
+                first = np.asarray(key[0]) if not _is_basic(key[0]) else None
             if first is not None and first.dtype == bool and first.ndim == 2:
                 if first.shape != self.shape[:2]:
                     raise IndexError(f"boolean index of shape {first.shape} does not match {self.shape[:2]}")
@@ -218,8 +240,23 @@ class ObservationView:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """numpy's ufuncs and operators (``view == 0``, ``view + 1``, ``-view``) on the values, as on an array.
+
+        An ``out`` that is a view (``view += 1``) is computed into a new array and assigned
+        back through ``view[...] =``, which a read-only view refuses with TypeError.
+        """
         inputs = tuple(np.asarray(x) if isinstance(x, ObservationView) else x for x in inputs)
-        return getattr(ufunc, method)(*inputs, **kwargs)
+        out = kwargs.get("out")
+        if out is None or not any(isinstance(o, ObservationView) for o in out):
+            return getattr(ufunc, method)(*inputs, **kwargs)
+        if len(out) != 1 or method != "__call__":
+            raise TypeError(f"{self.name}: only a plain ufunc call can write into a view")
+        kwargs.pop("out")
+        out[0][...] = getattr(ufunc, method)(*inputs, **kwargs)
+        return out[0]
+
+    #: hashed by identity (an ndarray is not hashable; the operators above would otherwise unset it)
+    __hash__ = object.__hash__
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(self.shape[0]):
@@ -228,31 +265,50 @@ class ObservationView:
     def copy(self) -> np.ndarray:
         return np.asarray(self)
 
+    def __getattr__(self, name: str) -> Any:
+        """numpy's other array methods and attributes (``mean``, ``max``, ``tolist``, ``T``, ...) on a copy.
+
+        Only called for names the view lacks. Methods that change an array in place would
+        change that copy only, so they raise TypeError instead.
+        """
+        if name.startswith("_") or name in _NOT_FORWARDED or not hasattr(np.ndarray, name):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name in _IN_PLACE:
+            raise TypeError(f"{self.name}.{name}() changes an array in place; a compressed buffer's "
+                            f"{self.name} are read through copies (take np.asarray({self.name}) to get one)")
+        return getattr(np.asarray(self), name)
+
     def astype(self, dtype: Any, copy: bool = True) -> np.ndarray:
         return np.asarray(self).astype(dtype)
 
-    def swapaxes(self, a: int, b: int) -> ObservationView:
-        """Swap two leading axes (what SB3's ``swap_and_flatten`` calls); no data is read."""
+    def swapaxes(self, a: int, b: int) -> ObservationView | np.ndarray:
+        """Swap two leading axes (what SB3's ``swap_and_flatten`` calls): a view, no data is read.
+
+        Any other pair of axes: numpy's ``swapaxes`` of a copy.
+        """
         a, b = (x % self.ndim for x in (a, b))
         if a >= self._nlead or b >= self._nlead:
-            raise ValueError(f"only the leading (row, env) axes of {self.name} can be swapped")
+            return np.asarray(self).swapaxes(a, b)
         lead = self._pairs().swapaxes(a, b)
         shape = list(self.shape)
         shape[a], shape[b] = shape[b], shape[a]
         return ObservationView(self._reader, tuple(shape), self.dtype, self.name, lead=lead, writer=self._writer)
 
-    def reshape(self, *shape: Any) -> ObservationView:
-        """Reshape the leading axes; the observation shape must stay as it is."""
+    def reshape(self, *shape: Any) -> ObservationView | np.ndarray:
+        """Reshape the leading axes, the observation shape as it is: a view, no data is read.
+
+        Any other shape: numpy's ``reshape`` of a copy (and numpy's errors).
+        """
         shape = tuple(shape[0]) if len(shape) == 1 and not np.isscalar(shape[0]) else shape
         item = self._item_shape
         count = math.prod(self.shape[: self._nlead])
-        if -1 in shape:
+        want = shape
+        if shape.count(-1) == 1 and all(d != 0 for d in shape):
             known = math.prod(d for d in shape if d != -1)
             shape = tuple(self.size // known if d == -1 else d for d in shape)
         if len(shape) < len(item) or tuple(shape[len(shape) - len(item):]) != item or \
                 math.prod(shape[: len(shape) - len(item)]) != count or len(shape) == len(item):
-            raise ValueError(f"cannot reshape {self.name} of shape {self.shape} into {shape}: only "
-                             f"the leading axes can change (observations are {item})")
+            return np.asarray(self).reshape(want)
         lead = np.ascontiguousarray(self._pairs()).reshape(*shape[: len(shape) - len(item)], 2)
         return ObservationView(self._reader, tuple(int(d) for d in shape), self.dtype, self.name, lead=lead,
                                writer=self._writer)

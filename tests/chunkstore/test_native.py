@@ -132,6 +132,7 @@ def test_a_threaded_read_inside_one_chunk_needs_no_pool(monkeypatch):
 
     assert native.available()
     monkeypatch.setattr(_threads, "_pools", {})  # no pool made yet (as in a fresh process)
+    monkeypatch.setattr(native, "PARALLEL_MIN_BYTES", 0)  # 600 bytes: threaded but for the one chunk
     arr = ChunkedArray(2048, (), np.uint8, chunk_len=1024, codec="zstd3", threads=2)
     arr[:] = np.arange(2048) % 251
     ids = np.arange(600)
@@ -139,10 +140,26 @@ def test_a_threaded_read_inside_one_chunk_needs_no_pool(monkeypatch):
     assert "chunkstore-native" not in _threads._pools
 
 
+@pytest.mark.parametrize(("min_bytes", "pooled"), [(native.PARALLEL_MIN_BYTES, False), (0, True)])
+def test_a_read_of_few_bytes_runs_on_the_caller_alone(monkeypatch, min_bytes, pooled):
+    """600 items of 4 bytes in 150 chunks: enough items for a helper, too few bytes to pay for one."""
+    from chunkstore import _threads
+
+    assert native.available() and native.PARALLEL_MIN_BYTES > 600 * 4
+    monkeypatch.setattr(_threads, "_pools", {})
+    monkeypatch.setattr(native, "PARALLEL_MIN_BYTES", min_bytes)
+    arr = ChunkedArray(2048, (), np.float32, chunk_len=4, codec="zstd1", threads=2)
+    arr[:] = np.arange(2048, dtype=np.float32)
+    ids = np.random.default_rng(0).permutation(2048)[:600]
+    assert np.array_equal(arr.take(ids), ids.astype(np.float32))
+    assert ("chunkstore-native" in _threads._pools) is pooled
+
+
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_trained_dictionary_and_threads(threads, monkeypatch):
     """zstd with a trained dictionary, read with several threads, before and after training."""
     monkeypatch.setattr(native, "PARALLEL_MIN_ITEMS", 1)  # every read split, however small
+    monkeypatch.setattr(native, "PARALLEL_MIN_BYTES", 0)
     rng = np.random.default_rng(threads)
     base = rng.integers(0, 255, (64, 64), dtype=np.uint8)
     frames = np.repeat(base[None], 1200, axis=0)  # a shared background (what a dictionary learns)
@@ -160,6 +177,7 @@ def test_trained_dictionary_and_threads(threads, monkeypatch):
 
 def test_torch_threads_unchanged_by_threaded_reads(monkeypatch):
     monkeypatch.setattr(native, "PARALLEL_MIN_ITEMS", 1)
+    monkeypatch.setattr(native, "PARALLEL_MIN_BYTES", 0)
     before = th.get_num_threads()
     arr = ChunkedArray(400, (16,), np.uint8, chunk_len=4, threads=4)
     arr[:] = np.arange(400, dtype=np.uint8)[:, None]
