@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ChunkRef", "ReadChecks", "Tier", "checked_sizes"]
+__all__ = ["ChunkRef", "ReadChecks", "Tier", "checked_sizes", "rebuild_tier"]
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -194,3 +194,19 @@ def checked_sizes(sizes: Any, nbytes: int) -> np.ndarray:
     if total != nbytes:
         raise ValueError(f"put_many: sizes sum to {total}, data holds {nbytes} bytes")
     return arr
+
+
+def rebuild_tier(cls: type[Tier], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tier:
+    """An empty tier built from the settings a pickled tier kept (what a pickled tier becomes).
+
+    A tier pickles as its settings, never its chunks: what a pickle of SB3's
+    ``replay_buffer_kwargs`` (``model.save``) needs to rebuild a buffer's storage; a buffer's
+    or an array's own pickle carries the chunks and leaves the tier out. A tier that cannot be
+    built here (its directory cannot be made on this machine, its CUDA device is missing) is a
+    RuntimeError, which SB3's ``Algo.load`` reports as a warning before it goes on without
+    ``replay_buffer_kwargs`` (give them again with ``custom_objects``).
+    """
+    try:
+        return cls(*args, **kwargs)
+    except (OSError, ValueError) as e:  # the settings were a working tier's: it is this machine
+        raise RuntimeError(f"cannot rebuild a pickled {cls.__name__} here: {e}") from e

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.errors import TierFullError, UnknownRefError
-from chunkstore.tiers._base import ChunkRef, Tier, checked_sizes
+from chunkstore.tiers._base import ChunkRef, Tier, checked_sizes, rebuild_tier
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "MAX_SEGMENT_BYTES", "MIN_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
 
@@ -60,19 +60,6 @@ MIN_SEGMENT_BYTES = 64 << 10
 MAX_SEGMENT_BYTES = 4 << 20
 CHUNKS_PER_SEGMENT = 16
 _RELEASED = -1
-
-
-def _rebuild(cls: type[Tier], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tier:
-    """An empty tier from :meth:`SegmentedTier._settings` (what a pickled tier becomes).
-
-    A tier that cannot be built here (its directory cannot be made on this machine, its CUDA
-    device is missing) is a RuntimeError, which SB3's ``Algo.load`` reports as a warning before
-    it goes on without ``replay_buffer_kwargs`` (give them again with ``custom_objects``).
-    """
-    try:
-        return cls(*args, **kwargs)
-    except (OSError, ValueError) as e:  # the settings were a working tier's: it is this machine
-        raise RuntimeError(f"cannot rebuild a pickled {cls.__name__} here: {e}") from e
 
 
 class _Segment:
@@ -491,11 +478,9 @@ class SegmentedTier(Tier):
         return (), {"segment_bytes": None if self.adaptive else self.segment_bytes, "max_bytes": self.max_bytes}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # a tier pickles (and copies) as its settings, never its chunks: what a pickle of
-        # SB3's replay_buffer_kwargs (model.save) needs to rebuild the buffer's storage; a
-        # buffer's or an array's own pickle carries the chunks and leaves the tier out
+        """A tier pickles (and copies) as its settings, never its chunks (:func:`rebuild_tier`)."""
         args, kwargs = self._settings()
-        return _rebuild, (type(self), args, kwargs)
+        return rebuild_tier, (type(self), args, kwargs)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(nbytes={self.nbytes}, used_nbytes={self._used}, "

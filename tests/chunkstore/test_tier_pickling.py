@@ -64,9 +64,9 @@ class _PickledCudaTier:
     """Pickles as DeviceTier("cuda", ...) pickles on a CUDA machine."""
 
     def __reduce__(self):
-        from chunkstore.tiers._segments import _rebuild
+        from chunkstore.tiers._base import rebuild_tier
 
-        return _rebuild, (DeviceTier, ("cuda",), {"segment_bytes": 1 << 16, "max_bytes": None})
+        return rebuild_tier, (DeviceTier, ("cuda",), {"segment_bytes": 1 << 16, "max_bytes": None})
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the machine without CUDA")
