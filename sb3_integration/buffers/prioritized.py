@@ -294,10 +294,25 @@ class PrioritizedReplayMixin:
         max_ = np.asarray(arrays["priority_max"]).reshape(-1)
         if max_.shape != (1,):
             raise ValueError(f"priority_max must hold one value, got shape {max_.shape}")
-        self._priorities.load_state_dict({
+        index = PriorityIndex.from_state_dict({
             "capacity": self._priorities.capacity, "fanout": self._priorities.fanout,
             "masses": arrays["priority_masses"], "generations": arrays["priority_generations"],
             "max": float(max_[0])})
+        self._check_masses_stored(index)
+        self._priorities = index
+
+    def _check_masses_stored(self, index: PriorityIndex) -> None:
+        """ValueError when ``index`` gives mass to a slot that holds no transition (sample() would
+        return an unwritten row: zeros). The row at ``pos`` may have mass: an interrupted add
+        leaves it so, and sample() takes it away before drawing."""
+        if self.full:
+            return
+        n = self.n_envs
+        masses = index.get(np.arange(min((self.pos + 1) * n, index.capacity), index.capacity))
+        if masses.any():
+            first = (self.pos + 1) * n + int(np.flatnonzero(masses)[0])
+            raise ValueError(f"priority masses on slots that hold no transition: slot {first} has mass "
+                             f"{masses[masses > 0][0]:g}, but {self.pos * n} slots are stored (pos {self.pos})")
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
@@ -310,6 +325,7 @@ class PrioritizedReplayMixin:
         state = dict(state)
         index = PriorityIndex.from_state_dict(state.pop("_priorities"))
         super().__setstate__(state)  # type: ignore[misc]
+        self._check_masses_stored(index)
         self._priorities = index
         self._pending = collections.OrderedDict()
 
