@@ -242,6 +242,12 @@ def saved_state_problems(path: str | os.PathLike[str]) -> list[str]:
             chunk_len = _int(state.arguments.get("chunk_len"), "chunk_len")
             for key, fs in state.stores.items():
                 check_own_state(fs, chunk_len=chunk_len, name="observations" if key is None else f"observations[{key}]")
+            if "extra/priority_masses" in state.arrays:  # a prioritized buffer's index, as load() checks it
+                from sb3_integration.buffers.prioritized import saved_priorities
+
+                saved_priorities({k[len("extra/"):]: v for k, v in state.arrays.items() if k.startswith("extra/")},
+                                 rows=_int(state.arguments.get("buffer_size"), "buffer_size"),
+                                 n_envs=_int(state.arguments.get("n_envs"), "n_envs"), pos=state.pos, full=state.full)
         except (FormatError, ValueError, TypeError, KeyError) as e:
             return [f"{path}: {e}" if path not in str(e) else str(e)]
     return []

@@ -10,12 +10,13 @@ were data, or gave every new transition a mass of 0 or inf.
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
 from gymnasium import spaces
 
-from chunkstore import FormatError
+from chunkstore import FormatError, hdf5
 from chunkstore.priority import PriorityIndex
 from sb3_integration import CompressedPrioritizedReplayBuffer
 from sb3_integration.persistence.files import write_replay
@@ -64,6 +65,23 @@ def test_a_crafted_file_is_refused_at_load(name, tmp_path) -> None:  # type: ign
         write_replay(tmp_path / "crafted.h5", state)
     with pytest.raises(FormatError, match=f"damaged replay buffer state: .*{match}"):
         CompressedPrioritizedReplayBuffer.load(tmp_path / "crafted.h5", device="cpu")
+
+
+@pytest.mark.parametrize("name", ["mass on an unwritten slot", "max 0"])
+def test_verify_reports_what_load_refuses(name, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    edits, match = CRAFTED[name]
+    with edited_state(three_rows(), edits) as state:
+        write_replay(tmp_path / "crafted.h5", state)
+    problems = hdf5.verify(tmp_path / "crafted.h5")
+    assert [p.array for p in problems] == ["buffer state"], problems
+    assert re.search(match, problems[0].message), problems
+
+
+def test_verify_finds_nothing_in_a_good_prioritized_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    buf = three_rows()
+    buf.update_priorities(np.array([1]), np.array([7.0]))
+    buf.save(tmp_path / "good.h5")
+    assert hdf5.verify(tmp_path / "good.h5") == []
 
 
 @pytest.mark.parametrize("name", CRAFTED)
