@@ -249,7 +249,15 @@ class PrioritizedReplayMixin:
 
     # -- sampling -----------------------------------------------------------------------------
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
-        """A prioritized, stratified sample: SB3's fields, ``weights`` and ``indices``."""
+        """A prioritized, stratified sample: SB3's fields, ``weights`` and ``indices``.
+
+        ``batch_size``: an int >= 0 (numpy's too); TypeError for a float, a bool or a tensor
+        (SB3's uniform buffers raise TypeError for those), ValueError for a negative one.
+        """
+        if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
+            raise TypeError(f"batch_size must be an int, got {batch_size!r} ({type(batch_size).__name__})")
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
         if not self.size() or batch_size == 0:  # type: ignore[attr-defined]
             samples = super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error, or empty fields
             return self._prioritized(samples, np.zeros(0, np.int64), np.zeros(0, np.float32))
