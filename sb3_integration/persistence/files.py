@@ -566,6 +566,9 @@ class ReplayFiles:
         CorruptChunkError
             A damaged chunk (names the array and chunk).
         """
+        from sb3_integration.buffers.options import check_load_options
+
+        check_load_options(tier=tier, buffer_device=buffer_device, heap_bytes=heap_bytes)  # before the file
         state, h5 = read_replay(path, cls.__name__, lazy=lazy, tier=tier, verify=verify)
         try:
             return cls.from_state_dict(state, device=device, tier=tier, buffer_device=buffer_device,
