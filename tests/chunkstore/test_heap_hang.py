@@ -102,3 +102,23 @@ def test_a_collection_size_beyond_the_file_or_below_its_header_is_refused(size, 
     buf = bytearray(b"GCOL\x01\x00\x00\x00" + struct.pack("<Q", size) + bytes(4080))
     with pytest.raises(OSError, match=match):
         check_collection(memoryview(buf), 100, 100 + len(buf))
+
+
+def test_a_collection_larger_than_hdf5s_first_read_is_walked_whole(tmp_path):
+    """HDF5 reads a collection's first 4096 bytes, then the rest from where they end: an
+    object beyond the first 4096 bytes (a 20 KB attribute) is checked too."""
+    a = ChunkedArray(64, (3,), np.int16, chunk_len=8, codec="zstd3", name="a")
+    a[:40] = 5
+    path = tmp_path / "big_attr.h5"
+    hdf5.save(path, {"a": a}, attrs={"pos": 1, "note": "n" * 20000}, progress=False)
+    data = bytearray(path.read_bytes())
+    big = [(at, objs) for at, objs in collections(bytes(data)) if struct.unpack_from("<Q", data, at + 8)[0] > 4096]
+    assert big, "the 20 KB attribute sits in a collection larger than 4096 bytes"
+    _, objects = big[0]
+    first = objects[0][0]  # the attribute's object; a forged size steps past HDF5's first 4096 bytes
+    data[first + 8:first + 16] = struct.pack("<Q", 8000)
+    offset = first + 16 + 8000
+    data[offset:offset + 16] = bytes(16)  # where the step lands: a free-space object of size 0
+    path.write_bytes(bytes(data))
+    out = load_in_child(path)
+    assert "load FormatError" in out and f"object 0 at byte {offset} declares 0 bytes" in out, out
