@@ -64,3 +64,39 @@ def test_chunks_in_range_read_as_before(arr, c):
     np.testing.assert_array_equal(arr.chunk(c), want)
     assert arr.chunk_rows(c) == rows
     assert bytes(arr.chunk_bytes(c)) == bytes(next(arr.iter_chunk_bytes(np.array([c]))))
+
+
+# -- discard: whole numbers only; DeviceArray.discard_chunks: chunk indices in range -----------------
+@pytest.mark.parametrize(("start", "stop"), [(1.5, 8), (0, 8.0), (True, 8), ("0", 8), (None, 8)])
+def test_discard_takes_int_bounds(arr, start, stop):
+    before = np.asarray(arr).copy()
+    with pytest.raises(TypeError, match=r"discard's (start|stop) must be an int"):
+        arr.discard(start, stop)
+    np.testing.assert_array_equal(np.asarray(arr), before)
+
+
+def test_discard_with_ints_still_frees_whole_chunks(arr):
+    arr.discard(np.int64(3), 12)  # chunks 1 and 2 lie wholly inside [3, 12)
+    got = np.asarray(arr)
+    assert not got[4:12].any()
+    np.testing.assert_array_equal(got[:4], np.arange(12, dtype=np.uint8).reshape(4, 3))
+
+
+@pytest.mark.parametrize(("chunks", "error", "match"), [
+    ([1.5], TypeError, "chunks must be a 1-D array of ints"),
+    ([[1]], TypeError, "chunks must be a 1-D array of ints"),
+    ([-1], IndexError, r"chunk -1 out of range for d \(5 chunks\)"),
+    ([5], IndexError, r"chunk 5 out of range for d \(5 chunks\)"),
+])
+def test_device_array_discard_chunks_refuses_bad_indices(chunks, error, match):
+    from chunkstore.device import DeviceArray
+
+    d = DeviceArray(18, (3,), np.uint8, chunk_len=4, device="cpu", name="d")
+    d[:] = np.arange(1, 55, dtype=np.uint8).reshape(18, 3)
+    before = d.take(np.arange(18)).numpy().copy()
+    with pytest.raises(error, match=match):
+        d.discard_chunks(np.array(chunks))
+    np.testing.assert_array_equal(d.take(np.arange(18)).numpy(), before)  # 1.5 freed chunk 1 before
+    d.discard_chunks(np.array([1]))
+    assert not d.take(np.arange(4, 8)).numpy().any()
+    d.close()
