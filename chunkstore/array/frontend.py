@@ -126,6 +126,9 @@ class WriteFrontEnd:
 
         Those chunks read as zeros afterwards; partially covered chunks are kept.
         """
+        for name, value in (("start", start), ("stop", stop)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{self.name}: discard's {name} must be an int, got {type(value).__name__} {value!r}")
         capacity = self.capacity
         start, stop = max(0, int(start)), min(capacity, int(stop))
         first = -(-start // self.chunk_len)

@@ -430,9 +430,16 @@ class DeviceArray(WriteFrontEnd):
         self._policy.reset()
 
     def discard_chunks(self, chunks: np.ndarray) -> None:
-        """Free whole chunks (stored or open) by index."""
+        """Free whole chunks (stored or open) by index (IndexError / TypeError for a bad one: a
+        float index was truncated, and ``1.5`` freed chunk 1)."""
+        given = np.asarray(chunks)
+        if given.size and (given.ndim != 1 or given.dtype.kind not in "iu"):
+            raise TypeError(f"{self.name}: chunks must be a 1-D array of ints, got {given.dtype} of shape {given.shape}")
+        bad = given[(given < 0) | (given >= self.nchunks_total)] if given.size else given
+        if bad.size:
+            raise IndexError(f"chunk {int(bad[0])} out of range for {self.name} ({self.nchunks_total} chunks)")
         with self._lock:
-            for c in np.asarray(chunks, np.int64).tolist():
+            for c in given.astype(np.int64, copy=False).tolist():
                 self.discard(c * self.chunk_len, min((c + 1) * self.chunk_len, self.capacity))
 
     def close(self) -> None:

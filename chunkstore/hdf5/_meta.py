@@ -31,6 +31,7 @@ from chunkstore.hdf5._groups import (
     group_nbytes,
     offsets_in_groups,
 )
+from chunkstore.hdf5._heapcheck import HeapCheckedFile
 from chunkstore.hdf5._layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -118,8 +119,9 @@ def open_file(path: str) -> Iterator[tuple[h5py.File, int]]:
     """The regular file ``path``, opened as a descriptor and by h5py, both the same file.
 
     Anything but a regular file (a FIFO, a device, a directory) is refused before it is
-    opened, so loading never blocks. h5py opens the descriptor's ``/proc`` entry where
-    there is one, so a file replaced meanwhile cannot be mixed up with ours.
+    opened, so loading never blocks. h5py reads through the descriptor
+    (:class:`~chunkstore.hdf5._heapcheck.HeapCheckedFile`, which checks each global heap
+    collection before HDF5 parses it), so a file replaced meanwhile cannot be mixed up with ours.
     """
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
@@ -129,26 +131,15 @@ def open_file(path: str) -> Iterator[tuple[h5py.File, int]]:
         fst = os.fstat(fd)
         if not stat.S_ISREG(fst.st_mode):
             raise FormatError(f"{path} is {_kind(fst.st_mode)}, not a regular file")
-        name = _own_name(path, fd, fst)
-        try:
-            f = h5py.File(name, "r")
+        try:  # h5py reads through the descriptor: the file opened is the file checked
+            f = h5py.File(HeapCheckedFile(fd), "r")
         except Exception as e:
             raise FormatError(f"{path} is not a readable HDF5 file (garbage, truncated or "
                               f"damaged): {e}") from e
         with f:
-            if name == path and not os.path.samestat(os.stat(path), fst):
-                raise FormatError(f"{path} was replaced while it was opened; open it again")
             yield f, fd
     finally:
         os.close(fd)
-
-
-def _own_name(path: str, fd: int, fst: os.stat_result) -> str:
-    proc = f"/proc/self/fd/{fd}"
-    with contextlib.suppress(OSError):
-        if os.path.samestat(os.stat(proc), fst):
-            return proc
-    return path
 
 
 def _kind(mode: int) -> str:

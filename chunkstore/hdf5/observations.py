@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-import h5py
 import numpy as np
 
 from chunkstore.errors import FormatError
+from chunkstore.hdf5._meta import open_file
 from chunkstore.hdf5.reader import load
 
 __all__ = ["read_observations"]
@@ -25,7 +25,7 @@ def read_observations(path: str | os.PathLike[str], name: str = "observations",
     try:
         store = load(path, lazy=True, cache=0)
     except FormatError:
-        with h5py.File(path, "r") as f:
+        with open_file(path) as (f, _):  # global heaps checked (chunkstore.hdf5._heapcheck)
             if name not in f:
                 raise KeyError(f"{path} has no dataset {name!r}; it has {sorted(f)}") from None
             return np.asarray(f[name][:limit])

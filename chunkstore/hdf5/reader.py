@@ -10,6 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from chunkstore.array import ChunkedArray
+from chunkstore.array.frontend import check_count
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import codec_from_config
 from chunkstore.errors import CodecConfigError, CorruptChunkError, FormatError
@@ -26,7 +27,7 @@ from chunkstore.hdf5.checksum import check_crc
 from chunkstore.hdf5.filetier import FileTier, MappedFile
 from chunkstore.tiers import MemoryTier, Tier
 
-__all__ = ["Store", "chunk_spans", "load"]
+__all__ = ["Store", "check_load_arguments", "chunk_spans", "load"]
 
 #: chunks between progress-bar updates
 BAR_STEP = 512
@@ -108,8 +109,7 @@ def load(
         A chunk or extra failed its checksum or is missing (names the array and chunk).
     """
     path = os.fspath(path)
-    if verify not in (None, True, False, "always"):
-        raise ValueError(f"verify must be None, True, False or 'always', got {verify!r}")
+    check_load_arguments(lazy=lazy, tier=tier, cache=cache, verify=verify)
     with open_file(path) as (f, fd):
         header = read_header(f, path)
         metas = [read_array_meta(f, name, header) for name in header.arrays]
@@ -129,6 +129,20 @@ def load(
         mapped.close()
     return Store(arrays, extras, header.attrs, path, _header_info(header, metas),
                  mapped if lazy else None)
+
+
+def check_load_arguments(*, lazy: Any, tier: Any, cache: Any, verify: Any) -> None:
+    """:func:`load`'s options, checked before the file is opened: a bad one is the caller's
+    TypeError / ValueError naming it, never a FormatError about the file."""
+    if not isinstance(lazy, (bool, np.bool_)):
+        raise TypeError(f"lazy must be True or False, got {type(lazy).__name__} {lazy!r}")
+    if tier is not None and not isinstance(tier, Tier):
+        raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, ...) or None, "
+                        f"got {type(tier).__name__} {tier!r}")
+    if cache is not None and not isinstance(cache, LRUChunkCache):
+        check_count("cache", cache, 0)
+    if verify not in (None, True, False, "always"):
+        raise ValueError(f"verify must be None, True, False or 'always', got {verify!r}")
 
 
 def chunk_spans(path: str | os.PathLike[str], name: str) -> np.ndarray:

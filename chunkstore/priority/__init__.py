@@ -221,7 +221,11 @@ class PriorityIndex:
         """Replace this index's state with ``state`` (from :meth:`state_dict`), in one step."""
         try:
             capacity, fanout = int(state["capacity"]), int(state["fanout"])
-            masses = np.array(state["masses"], dtype=np.float32)
+            given = np.asarray(state["masses"])
+            if given.dtype.kind not in "biuf":  # complex masses lost their imaginary part in a cast
+                raise TypeError(f"masses must be real numbers, got dtype {given.dtype}")
+            with np.errstate(over="ignore"):  # too large for fp32: inf, refused below
+                masses = np.array(given, dtype=np.float32)
             gens = np.array(state["generations"], dtype=GENERATION_DTYPE)
             max_mass = float(state["max"])
         except (KeyError, TypeError) as e:
@@ -230,6 +234,12 @@ class PriorityIndex:
             raise ValueError("PriorityIndex state: capacity, fanout and array shapes disagree")
         if not (np.isfinite(masses).all() and (masses >= 0).all() and math.isfinite(max_mass)):
             raise ValueError("PriorityIndex state: masses must be finite and >= 0")
+        # max starts at 1.0 and only grows with the masses written: one outside that range gives
+        # new slots a mass of 0 (never drawn), a negative one (a broken tree) or inf (fp32 overflow)
+        top = float(masses.max()) if capacity else 0.0
+        if not (1.0 <= max_mass <= _F32_MAX and np.float32(max_mass) >= top):
+            raise ValueError(f"PriorityIndex state: max must be in [1, float32's max] and at least the largest "
+                             f"mass ({top:g}), got {max_mass:g}")
         self._install(capacity, fanout, masses, gens, max_mass)
 
     @classmethod

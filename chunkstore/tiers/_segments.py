@@ -311,7 +311,10 @@ class SegmentedTier(Tier):
         seg_id, offset, n = ref
         with self._lock:
             seg = self._segments.get(seg_id)
-            if seg is None or offset + n > seg.fill or seg.find(offset) < 0:
+            i = -1 if seg is None or n < 0 or offset + n > seg.fill else seg.find(offset)
+            # a live chunk's length is known: a ref of another length (n = -1 viewed the whole
+            # segment but its last byte, neighbours' bytes included) is not one of ours
+            if seg is None or i < 0 or seg.lens[i] not in (n, _RELEASED):
                 raise UnknownRefError(f"{ref!r} is not a chunk of this {self.kind} tier, live or pinned")
             return self._view(seg, offset, n)
 

@@ -33,6 +33,7 @@ __all__ = [
     "StoreOptions",
     "check_frame_dedup",
     "check_keywords",
+    "check_load_options",
     "check_positive_or_none",
     "device_budget",
     "make_frame_stores",
@@ -136,6 +137,15 @@ def check_positive_or_none(name: str, value: Any) -> None:
     """ValueError unless ``value`` is None or a positive int (not a bool)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
         raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
+def check_load_options(*, tier: Any, buffer_device: Any, heap_bytes: Any) -> None:
+    """A buffer ``load()``'s store options, checked as the constructor checks them, before the file
+    is read: a bad one is the caller's TypeError / ValueError, not a damaged file's FormatError."""
+    if tier is not None and not isinstance(tier, Tier):
+        raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier) or None, "
+                        f"got {type(tier).__name__} {tier!r}")
+    _device_options(buffer_device, heap_bytes, tier)
 
 
 def _device_options(buffer_device: Any, heap_bytes: Any, tier: Any) -> tuple[Any, int | None]:

@@ -34,7 +34,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore.priority import PriorityIndex
+from chunkstore.priority import DEFAULT_FANOUT, PriorityIndex
 from sb3_integration.buffers._prioritized_reads import read_samples
 from sb3_integration.buffers.replay import (
     CompressedDictReplayBuffer,
@@ -50,8 +50,10 @@ __all__ = [
     "PrioritizedDictReplayBufferSamples",
     "PrioritizedReplayBufferSamples",
     "PrioritizedReplayMixin",
+    "check_masses_stored",
     "checked_update",
     "importance_weights",
+    "saved_priorities",
 ]
 
 #: samples whose generations are kept for update_priorities' stale check
@@ -137,6 +139,34 @@ def checked_update(indices: Any, priorities: Any, alpha: float,
     return idx.astype(np.int64), pri, masses
 
 
+def check_masses_stored(index: PriorityIndex, *, n_envs: int, pos: int, full: bool) -> None:
+    """ValueError when ``index`` gives mass to a slot that holds no transition (sample() would
+    return an unwritten row: zeros). The row at ``pos`` may have mass: an interrupted add
+    leaves it so, and sample() takes it away before drawing."""
+    if full:
+        return
+    masses = index.get(np.arange(min((pos + 1) * n_envs, index.capacity), index.capacity))
+    if masses.any():
+        first = (pos + 1) * n_envs + int(np.flatnonzero(masses)[0])
+        raise ValueError(f"priority masses on slots that hold no transition: slot {first} has mass "
+                         f"{masses[masses > 0][0]:g}, but {pos * n_envs} slots are stored (pos {pos})")
+
+
+def saved_priorities(arrays: Any, *, rows: int, n_envs: int, pos: int, full: bool,
+                     fanout: int = DEFAULT_FANOUT) -> PriorityIndex:
+    """The priority index of saved ``arrays`` (``priority_masses``, ``priority_generations``,
+    ``priority_max``) for a buffer of ``rows`` x ``n_envs`` slots at ``pos``/``full``;
+    ValueError when it does not fit (see :class:`PriorityIndex` and :func:`check_masses_stored`)."""
+    max_ = np.asarray(arrays["priority_max"]).reshape(-1)
+    if max_.shape != (1,):
+        raise ValueError(f"priority_max must hold one value, got shape {max_.shape}")
+    index = PriorityIndex.from_state_dict({
+        "capacity": rows * n_envs, "fanout": fanout, "masses": arrays["priority_masses"],
+        "generations": arrays["priority_generations"], "max": float(max_[0])})
+    check_masses_stored(index, n_envs=n_envs, pos=pos, full=full)
+    return index
+
+
 class PrioritizedReplayMixin:
     """Priorities over a compressed replay buffer (put before the buffer class)."""
 
@@ -219,7 +249,15 @@ class PrioritizedReplayMixin:
 
     # -- sampling -----------------------------------------------------------------------------
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
-        """A prioritized, stratified sample: SB3's fields, ``weights`` and ``indices``."""
+        """A prioritized, stratified sample: SB3's fields, ``weights`` and ``indices``.
+
+        ``batch_size``: an int >= 0 (numpy's too); TypeError for a float, a bool or a tensor
+        (SB3's uniform buffers raise TypeError for those), ValueError for a negative one.
+        """
+        if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
+            raise TypeError(f"batch_size must be an int, got {batch_size!r} ({type(batch_size).__name__})")
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
         if not self.size() or batch_size == 0:  # type: ignore[attr-defined]
             samples = super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error, or empty fields
             return self._prioritized(samples, np.zeros(0, np.int64), np.zeros(0, np.float32))
@@ -291,13 +329,8 @@ class PrioritizedReplayMixin:
                 masses[self.pos * self.n_envs:(self.pos + 1) * self.n_envs] = 0.0
             arrays = dict(priority_masses=masses, priority_generations=np.zeros(len(masses), np.uint16),
                           priority_max=np.array([1.0]))
-        max_ = np.asarray(arrays["priority_max"]).reshape(-1)
-        if max_.shape != (1,):
-            raise ValueError(f"priority_max must hold one value, got shape {max_.shape}")
-        self._priorities.load_state_dict({
-            "capacity": self._priorities.capacity, "fanout": self._priorities.fanout,
-            "masses": arrays["priority_masses"], "generations": arrays["priority_generations"],
-            "max": float(max_[0])})
+        self._priorities = saved_priorities(arrays, rows=self.buffer_size, n_envs=self.n_envs, pos=self.pos,
+                                            full=self.full, fanout=self._priorities.fanout)
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
@@ -310,6 +343,7 @@ class PrioritizedReplayMixin:
         state = dict(state)
         index = PriorityIndex.from_state_dict(state.pop("_priorities"))
         super().__setstate__(state)  # type: ignore[misc]
+        check_masses_stored(index, n_envs=self.n_envs, pos=self.pos, full=self.full)
         self._priorities = index
         self._pending = collections.OrderedDict()
 

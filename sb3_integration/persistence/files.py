@@ -242,6 +242,12 @@ def saved_state_problems(path: str | os.PathLike[str]) -> list[str]:
             chunk_len = _int(state.arguments.get("chunk_len"), "chunk_len")
             for key, fs in state.stores.items():
                 check_own_state(fs, chunk_len=chunk_len, name="observations" if key is None else f"observations[{key}]")
+            if "extra/priority_masses" in state.arrays:  # a prioritized buffer's index, as load() checks it
+                from sb3_integration.buffers.prioritized import saved_priorities
+
+                saved_priorities({k[len("extra/"):]: v for k, v in state.arrays.items() if k.startswith("extra/")},
+                                 rows=_int(state.arguments.get("buffer_size"), "buffer_size"),
+                                 n_envs=_int(state.arguments.get("n_envs"), "n_envs"), pos=state.pos, full=state.full)
         except (FormatError, ValueError, TypeError, KeyError) as e:
             return [f"{path}: {e}" if path not in str(e) else str(e)]
     return []
@@ -560,6 +566,9 @@ class ReplayFiles:
         CorruptChunkError
             A damaged chunk (names the array and chunk).
         """
+        from sb3_integration.buffers.options import check_load_options
+
+        check_load_options(tier=tier, buffer_device=buffer_device, heap_bytes=heap_bytes)  # before the file
         state, h5 = read_replay(path, cls.__name__, lazy=lazy, tier=tier, verify=verify)
         try:
             return cls.from_state_dict(state, device=device, tier=tier, buffer_device=buffer_device,
