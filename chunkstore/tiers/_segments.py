@@ -8,15 +8,14 @@ to a free list and its storage is reused by a later append. A ring buffer
 releases in FIFO order, so segments empty oldest first: no fragmentation, no
 compaction.
 
-No Python object per chunk: a segment records its chunks in two growable numpy
-columns (offset, length; -1 once released), appended in offset order, so a
-release finds its chunk by binary search and a double release or a foreign ref
-is caught (:class:`~chunkstore.errors.UnknownRefError`). That is 8 bytes a chunk
-(16 in segments of 2 GiB or more).
+No Python object per chunk: a segment records its chunks in two growable numpy columns
+(offset, length; -1 once released), appended in offset order, so a release finds its chunk
+by binary search and a double release or a foreign ref is caught
+(:class:`~chunkstore.errors.UnknownRefError`): 8 bytes a chunk (16 in 2 GiB segments).
 
-Bytes are always *copied* into segment storage: compressor outputs keep their
-compress-bound allocation alive (measured: a 1.7 KB zstd result held 28 KB), so
-holding them would cost RAM as if uncompressed.
+Bytes are always *copied* into segment storage: compressor outputs keep their compress-bound
+allocation alive (a 1.7 KB zstd result held 28 KB), so holding them would cost RAM as if
+uncompressed.
 
 Pins (:meth:`SegmentedTier.pin`): while a snapshot reads chunks it captured, a
 segment that empties is neither reused nor rewound; it is recycled at the last
@@ -312,8 +311,7 @@ class SegmentedTier(Tier):
         with self._lock:
             seg = self._segments.get(seg_id)
             i = -1 if seg is None or n < 0 or offset + n > seg.fill else seg.find(offset)
-            # a live chunk's length is known: a ref of another length (n = -1 viewed the whole
-            # segment but its last byte, neighbours' bytes included) is not one of ours
+            # a ref of another length than its chunk's (n = -1: neighbours' bytes too) is not ours
             if seg is None or i < 0 or seg.lens[i] not in (n, _RELEASED):
                 raise UnknownRefError(f"{ref!r} is not a chunk of this {self.kind} tier, live or pinned")
             return self._view(seg, offset, n)

@@ -34,13 +34,14 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore.priority import DEFAULT_FANOUT, PriorityIndex
+from chunkstore.priority import PriorityIndex
 from sb3_integration.buffers._prioritized_reads import read_samples
 from sb3_integration.buffers.replay import (
     CompressedDictReplayBuffer,
     CompressedNStepReplayBuffer,
     CompressedReplayBuffer,
 )
+from sb3_integration.persistence.priorities import check_masses_stored, saved_priorities
 
 __all__ = [
     "PENDING_SAMPLES",
@@ -137,34 +138,6 @@ def checked_update(indices: Any, priorities: Any, alpha: float,
     if masses.size and masses.max() > np.finfo(np.float32).max:
         raise ValueError("priorities ** alpha must fit in float32")
     return idx.astype(np.int64), pri, masses
-
-
-def check_masses_stored(index: PriorityIndex, *, n_envs: int, pos: int, full: bool) -> None:
-    """ValueError when ``index`` gives mass to a slot that holds no transition (sample() would
-    return an unwritten row: zeros). The row at ``pos`` may have mass: an interrupted add
-    leaves it so, and sample() takes it away before drawing."""
-    if full:
-        return
-    masses = index.get(np.arange(min((pos + 1) * n_envs, index.capacity), index.capacity))
-    if masses.any():
-        first = (pos + 1) * n_envs + int(np.flatnonzero(masses)[0])
-        raise ValueError(f"priority masses on slots that hold no transition: slot {first} has mass "
-                         f"{masses[masses > 0][0]:g}, but {pos * n_envs} slots are stored (pos {pos})")
-
-
-def saved_priorities(arrays: Any, *, rows: int, n_envs: int, pos: int, full: bool,
-                     fanout: int = DEFAULT_FANOUT) -> PriorityIndex:
-    """The priority index of saved ``arrays`` (``priority_masses``, ``priority_generations``,
-    ``priority_max``) for a buffer of ``rows`` x ``n_envs`` slots at ``pos``/``full``;
-    ValueError when it does not fit (see :class:`PriorityIndex` and :func:`check_masses_stored`)."""
-    max_ = np.asarray(arrays["priority_max"]).reshape(-1)
-    if max_.shape != (1,):
-        raise ValueError(f"priority_max must hold one value, got shape {max_.shape}")
-    index = PriorityIndex.from_state_dict({
-        "capacity": rows * n_envs, "fanout": fanout, "masses": arrays["priority_masses"],
-        "generations": arrays["priority_generations"], "max": float(max_[0])})
-    check_masses_stored(index, n_envs=n_envs, pos=pos, full=full)
-    return index
 
 
 class PrioritizedReplayMixin:

@@ -93,6 +93,7 @@ from sb3_integration.engine.frame_state import FAR, UNWRITTEN, FrameStoreState, 
 from sb3_integration.engine.stacking import StackLayout
 from sb3_integration.interop.extra_buffers import extra_buffers_args_of
 from sb3_integration.persistence._load_checks import check_saved_buffer
+from sb3_integration.persistence.priorities import saved_priorities
 from sb3_integration.persistence.spaces import space_from_dict, space_to_dict
 
 __all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayFiles", "ReplayState", "read_replay",
@@ -243,8 +244,6 @@ def saved_state_problems(path: str | os.PathLike[str]) -> list[str]:
             for key, fs in state.stores.items():
                 check_own_state(fs, chunk_len=chunk_len, name="observations" if key is None else f"observations[{key}]")
             if "extra/priority_masses" in state.arrays:  # a prioritized buffer's index, as load() checks it
-                from sb3_integration.buffers.prioritized import saved_priorities
-
                 saved_priorities({k[len("extra/"):]: v for k, v in state.arrays.items() if k.startswith("extra/")},
                                  rows=_int(state.arguments.get("buffer_size"), "buffer_size"),
                                  n_envs=_int(state.arguments.get("n_envs"), "n_envs"), pos=state.pos, full=state.full)
