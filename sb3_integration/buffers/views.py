@@ -125,6 +125,15 @@ class ObservationView(NDArrayOperatorsMixin):
         """What the equivalent ndarray would hold (logical, uncompressed)."""
         return self.size * self.dtype.itemsize
 
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """The strides of the C-contiguous array a read returns (computed: a probe reads nothing)."""
+        out, step = [], self.dtype.itemsize
+        for n in reversed(self.shape):
+            out.append(step)
+            step *= n
+        return tuple(reversed(out))
+
     def __len__(self) -> int:
         return self.shape[0]
 

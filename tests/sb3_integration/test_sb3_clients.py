@@ -112,6 +112,16 @@ def test_observation_views_refuse_in_place_methods_and_unknown_names():
             view.no_such_name  # noqa: B018
 
 
+def test_shape_probes_of_a_view_read_nothing():
+    """``strides`` (like ``shape``, ``nbytes``) is computed: a probe does not decode the buffer."""
+    for ref, view in _filled_pairs():
+        reads = []
+        reader = view._reader
+        view._reader = lambda *a: reads.append(a) or reader(*a)
+        assert view.strides == np.asarray(ref).strides and view.nbytes == ref.nbytes
+        assert reads == []
+
+
 def test_to_torch_of_a_whole_view_equals_sb3s_without_the_row_by_row_path():
     """buffer.to_torch(buffer.observations): torch would read the view row by row, and warn."""
     space = spaces.Box(0, 255, (2, 5, 4), np.uint8)
