@@ -115,9 +115,8 @@ def test_observation_views_refuse_in_place_methods_and_unknown_names():
 def test_shape_probes_of_a_view_read_nothing():
     """``strides`` (like ``shape``, ``nbytes``) is computed: a probe does not decode the buffer."""
     for ref, view in _filled_pairs():
-        reads = []
-        reader = view._reader
-        view._reader = lambda *a: reads.append(a) or reader(*a)
+        reads: list = []
+        view._reader = lambda *a, reads=reads, reader=view._reader: reads.append(a) or reader(*a)
         assert view.strides == np.asarray(ref).strides and view.nbytes == ref.nbytes
         assert reads == []
 
