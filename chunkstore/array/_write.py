@@ -131,22 +131,25 @@ class WritePath(WriteFrontEnd, ArrayFields):
             self._dirty = False
         return buf
 
-    def seal_full(self, chunks: Any, then_open: Any = ()) -> None:
-        """Seal each of ``chunks`` that is still open: an appender filled them in place.
-
-        Then open each chunk of ``then_open`` that holds nothing (neither open nor
-        stored; others are left as they are), where the appender writes next: its
-        next call finds the chunk open instead of stopping to ask for it.
-        """
+    def seal_full(self, chunks: Any) -> None:
+        """Seal each of ``chunks`` that is still open: an appender filled them in place."""
         with self._lock:
             self._begin()
-            table = self._table
-            open_now = table.open
+            open_now = self._table.open
             for c in np.asarray(chunks, np.int64).tolist():
                 if c in open_now:
                     self._seal(c)
-            for c in np.asarray(then_open, np.int64).tolist():
-                if 0 <= c < self.nchunks_total and c not in open_now and table.seg[c] < 0:
+            self._dirty = False
+
+    def open_empty(self, chunks: Any) -> None:
+        """Open each of ``chunks`` that holds nothing (neither open nor stored; others, and indices
+        out of range, are left as they are): where an appender writes next, so its next call finds
+        the chunk open instead of stopping to ask for it (:meth:`writable_chunk`)."""
+        with self._lock:
+            self._begin()
+            table = self._table
+            for c in np.asarray(chunks, np.int64).reshape(-1).tolist():
+                if 0 <= c < self.nchunks_total and c not in table.open and table.seg[c] < 0:
                     self._open_chunk(c)
             self._dirty = False
 

@@ -8,8 +8,9 @@ asks for capabilities through it instead of testing the class:
 * :attr:`ItemArray.device` -- ``None``: items are read as numpy arrays in host memory;
   a torch device: reads are tensors there.
 * :attr:`ItemArray.supports_native_writes` -- the array also offers ``open_chunks()``,
-  ``writable_chunk(c)`` and ``seal_full(chunks, then_open=())``: a native writer fills its
-  open chunks in place and has the chunks it writes next opened as it seals (ChunkedArray).
+  ``writable_chunk(c)``, ``open_empty(chunks)`` and ``seal_full(chunks)``: a native writer
+  fills its open chunks in place, has the empty chunks it writes next opened, and seals the
+  full ones (ChunkedArray).
 
 Reads. ``take(indices)`` is ``np.take(arr, indices, axis=0)`` on both arrays: negative
 indices count from the end, the result has shape ``(*indices.shape, *item_shape)``.
@@ -63,7 +64,7 @@ class ItemArray(Protocol):
 
     @property
     def supports_native_writes(self) -> bool:
-        """Whether ``open_chunks``/``writable_chunk``/``seal_full`` are offered."""
+        """Whether ``open_chunks``/``writable_chunk``/``open_empty``/``seal_full`` are offered."""
 
     def __len__(self) -> int: ...
 

@@ -265,9 +265,9 @@ class RowWriter:
         self._last: tuple[Any, Any] = (None, None)
         self._used = np.zeros(0, bool)
         self._bounds = np.zeros(n_envs, np.int64)
-        #: (frame array, chunks) to open when the next row comes: the chunks after those this row
-        #: filled, where the streams go on (opened then, not at once: a last row leaves none open)
-        self._ahead: tuple[Any, np.ndarray] | None = None
+        #: the envs whose stream filled a chunk in the last row: the chunk each goes on in is opened
+        #: when the next row comes (not at once: a last row leaves no empty chunk open)
+        self._ahead: set[int] = set()
 
     def last_bytes(self, last: np.ndarray) -> np.ndarray | None:
         """``last`` viewed as uint8 (remembered while ``last`` is the same array); None if it has no view."""
@@ -325,10 +325,8 @@ class RowWriter:
             self.res[1] = SLOW
             return start  # nothing stored: the caller takes the Python path
         arr, res = fs.frames, self.res
-        ahead = self._ahead
-        if ahead is not None and start == 0:  # a new row: open the chunks the streams went on to
-            self._ahead = None
-            self._open_ahead(fs, arr, ahead)
+        if start == 0 and self._ahead:  # a new row: the streams that filled a chunk go on in the next
+            self._open_heads(fs, arr)
         chunks, addrs = arr.open_chunks()
         stop = put_pairs(a0, a1, w0, w1, nstacks, row, arr.capacity // fs.n_envs, start, self.p, fs.heads,
                          fs.released, fs.last_slot, fs.last_pad, fs.has_last, last, fs.slots, fs.deltas, fs.pads,
@@ -336,26 +334,20 @@ class RowWriter:
         if res[0]:
             full = self.full[:res[0]]
             arr.seal_full(full)
-            per_env = arr.nchunks_total // fs.n_envs  # each env's region of the ring, in chunks
-            region = full - full % per_env
-            after = region + (full - region + 1) % per_env  # where those streams go on
-            if ahead is not None and ahead[0] is arr and start:  # a row's later call: add to its earlier
-                after = np.concatenate([ahead[1], after])
-            self._ahead = (arr, after)
+            self._ahead.update((full // (arr.nchunks_total // fs.n_envs)).tolist())  # their envs
         return int(stop)
 
-    def _open_ahead(self, fs: Any, arr: Any, ahead: tuple[Any, np.ndarray]) -> None:
-        """Open the chunks of ``ahead`` that an env's head still points at (a clear, a rolled-back
-        add or a grown ring since moved it: those are left to the native call's stop)."""
-        if ahead[0] is not arr:
-            return
+    def _open_heads(self, fs: Any, arr: Any) -> None:
+        """Open the chunk each env of ``_ahead`` writes next (where its head points), if it is empty.
+
+        Derived from the heads when the row comes, so a clear, a rolled-back add or a grown ring
+        since the chunks filled need nothing: an open or stored chunk is left as it is.
+        """
+        envs, self._ahead = self._ahead, set()
         L = int(self.p[CHUNK_LEN])
         ring = arr.capacity // fs.n_envs
-        per_env = ring // L
         heads = fs.heads
-        want = [c for c in ahead[1].tolist() if c == c - c % per_env + int(heads[c // per_env]) % ring // L]
-        if want:
-            arr.seal_full((), then_open=want)
+        arr.open_empty([(e * ring + int(heads[e]) % ring) // L for e in envs if e < fs.n_envs])
 
     def release(self, fs: Any, row: int) -> bool:
         """:meth:`FrameStore.release_before` natively; False (nothing done) where Python must look far deltas up."""

@@ -184,8 +184,8 @@ def test_sequential_writer_seals_each_chunk_once():
 
 
 
-def test_seal_full_opens_next_only_the_chunks_that_hold_nothing():
-    """An appender's ``seal_full(full, then_open=next)``: empty chunks open (reading zeros); a
+def test_open_empty_opens_only_the_chunks_that_hold_nothing():
+    """An appender's ``seal_full(full)`` then ``open_empty(next)``: empty chunks open (reading zeros); a
     stored or open chunk stays as it is; indices out of range are ignored."""
     arr = ChunkedArray(20, (2,), np.uint8, chunk_len=4, codec="zstd1")
     model = np.zeros((20, 2), np.uint8)
@@ -193,7 +193,8 @@ def test_seal_full_opens_next_only_the_chunks_that_hold_nothing():
     arr.write(8, np.full((4, 2), 3, np.uint8))  # a whole chunk: stored at once
     model[8:12] = 3
     arr.writable_chunk(4)[:2] = model[16:18] = 7  # open, partly written
-    arr.seal_full([0], then_open=[1, 2, 4, 99, -1])
+    arr.seal_full([0])
+    arr.open_empty([1, 2, 4, 99, -1])
     chunks, _ = arr.open_chunks()
     assert sorted(chunks.tolist()) == [1, 4]
     assert arr.nchunks == 2  # chunks 0 (sealed now) and 2 (stored before, not reopened)
