@@ -61,8 +61,8 @@ def test_a_model_whose_spill_directory_cannot_be_made_loads_with_sb3s_warning(tm
     assert loaded.num_timesteps == 80
 
 # -- buffer.observations as client code reads it ------------------------------------------------
-def _filled_pairs():
-    """(SB3's, ours) replay and rollout buffers holding the same observations."""
+def _filled_buffers():
+    """SB3's and our replay buffers, and SB3's and our rollout buffers, holding the same observations."""
     space = spaces.Box(0, 255, (2, 5, 4), np.uint8)
     ref, ours = make_pair("replay", 12, space, spaces.Discrete(3), n_envs=2)
     for tr in random_transitions(space, spaces.Discrete(3), 9, 2):
@@ -73,6 +73,12 @@ def _filled_pairs():
     for t, (obs, *_) in enumerate(random_transitions(space, spaces.Discrete(3), 6, 2, seed=1)):
         for buf in rollouts:
             buf.add(obs, np.zeros((2, 1)), np.zeros(2, np.float32), np.full(2, t == 0), th.zeros(2), th.zeros(2))
+    return ref, ours, rollouts
+
+
+def _filled_pairs():
+    """(SB3's, ours) observation arrays of replay and rollout buffers holding the same observations."""
+    ref, ours, rollouts = _filled_buffers()
     return [(ref.observations, ours.observations), (ref.next_observations, ours.next_observations),
             (rollouts[0].observations, rollouts[1].observations)]
 
@@ -123,14 +129,7 @@ def test_shape_probes_of_a_view_read_nothing():
 
 def test_to_torch_of_a_whole_view_equals_sb3s_without_the_row_by_row_path():
     """buffer.to_torch(buffer.observations): torch would read the view row by row, and warn."""
-    space = spaces.Box(0, 255, (2, 5, 4), np.uint8)
-    ref, ours = make_pair("replay", 12, space, spaces.Discrete(3), n_envs=2)
-    for tr in random_transitions(space, spaces.Discrete(3), 9, 2):
-        ref.add(*tr)
-        ours.add(*tr)
-    rollout = CompressedRolloutBuffer(6, space, spaces.Discrete(3), "cpu", n_envs=2, chunk_len=4)
-    for t, (obs, *_) in enumerate(random_transitions(space, spaces.Discrete(3), 6, 2, seed=1)):
-        rollout.add(obs, np.zeros((2, 1)), np.zeros(2, np.float32), np.full(2, t == 0), th.zeros(2), th.zeros(2))
+    ref, ours, (_, rollout) = _filled_buffers()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for name in ("observations", "next_observations"):
