@@ -35,7 +35,7 @@ from chunkstore.array._write import WritePath
 from chunkstore.array.frontend import check_count, check_geometry
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import Codec, get_codec
-from chunkstore.tiers import ChunkRef, MemoryTier, Tier
+from chunkstore.tiers import ChunkRef, MemoryTier, Tier, check_tier
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -122,9 +122,7 @@ class ChunkedArray(WritePath, ReadPath):
         capacity, self.item_shape, self.dtype, self.chunk_len, self.max_open = check_geometry(
             capacity, item_shape, dtype, chunk_len, max_open)
         self.codec = get_codec(codec)
-        if tier is not None and not isinstance(tier, Tier):
-            raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, ...) or None, "
-                            f"got {type(tier).__name__} {tier!r}")
+        check_tier(tier)
         if cache is not None and not isinstance(cache, LRUChunkCache):
             cache = check_count("cache", cache, 0)
         threads = DEFAULT_THREADS if threads is None else check_count("threads", threads)

@@ -25,7 +25,7 @@ from chunkstore.hdf5._meta import (
 )
 from chunkstore.hdf5.checksum import check_crc
 from chunkstore.hdf5.filetier import FileTier, MappedFile
-from chunkstore.tiers import MemoryTier, Tier
+from chunkstore.tiers import MemoryTier, Tier, check_tier
 
 __all__ = ["Store", "check_load_arguments", "chunk_spans", "load"]
 
@@ -136,9 +136,7 @@ def check_load_arguments(*, lazy: Any, tier: Any, cache: Any, verify: Any) -> No
     TypeError / ValueError naming it, never a FormatError about the file."""
     if not isinstance(lazy, (bool, np.bool_)):
         raise TypeError(f"lazy must be True or False, got {type(lazy).__name__} {lazy!r}")
-    if tier is not None and not isinstance(tier, Tier):
-        raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, ...) or None, "
-                        f"got {type(tier).__name__} {tier!r}")
+    check_tier(tier)
     if cache is not None and not isinstance(cache, LRUChunkCache):
         check_count("cache", cache, 0)
     if verify not in (None, True, False, "always"):

@@ -16,11 +16,11 @@ segment address table the native read path takes (it keeps the storage alive).
 
 from __future__ import annotations
 
-from chunkstore.tiers._base import ChunkRef, ReadChecks, Tier
+from chunkstore.tiers._base import ChunkRef, ReadChecks, Tier, check_tier
 from chunkstore.tiers._segments import AddressTable
 from chunkstore.tiers.device import DeviceTier
 from chunkstore.tiers.disk import DiskTier
 from chunkstore.tiers.hybrid import HybridTier
 from chunkstore.tiers.memory import MemoryTier
 
-__all__ = ["AddressTable", "ChunkRef", "DeviceTier", "DiskTier", "HybridTier", "MemoryTier", "ReadChecks", "Tier"]
+__all__ = ["AddressTable", "ChunkRef", "DeviceTier", "DiskTier", "HybridTier", "MemoryTier", "ReadChecks", "Tier", "check_tier"]

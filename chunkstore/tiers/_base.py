@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ChunkRef", "ReadChecks", "Tier", "checked_sizes", "rebuild_tier"]
+__all__ = ["ChunkRef", "ReadChecks", "Tier", "check_tier", "checked_sizes", "rebuild_tier"]
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -210,3 +210,10 @@ def rebuild_tier(cls: type[Tier], args: tuple[Any, ...], kwargs: dict[str, Any])
         return cls(*args, **kwargs)
     except (OSError, ValueError) as e:  # the settings were a working tier's: it is this machine
         raise RuntimeError(f"cannot rebuild a pickled {cls.__name__} here: {e}") from e
+
+
+def check_tier(tier: Any) -> None:
+    """TypeError unless ``tier`` is a :class:`Tier` or None (what an array, a load, a buffer's load take)."""
+    if tier is not None and not isinstance(tier, Tier):
+        raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, ...) or None, "
+                        f"got {type(tier).__name__} {tier!r}")

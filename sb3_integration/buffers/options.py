@@ -19,6 +19,7 @@ import numpy as np
 from chunkstore import Tier, get_codec
 from chunkstore.array import DEFAULT_CACHE_BYTES as CORE_CACHE_BYTES
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
+from chunkstore.tiers import check_tier
 from sb3_integration.buffers.observations import stack_axis_order, subspaces
 from sb3_integration.engine.frames import FrameStore
 from sb3_integration.engine.options import StoreOptions
@@ -142,9 +143,7 @@ def check_positive_or_none(name: str, value: Any) -> None:
 def check_load_options(*, tier: Any, buffer_device: Any, heap_bytes: Any) -> None:
     """A buffer ``load()``'s store options, checked as the constructor checks them, before the file
     is read: a bad one is the caller's TypeError / ValueError, not a damaged file's FormatError."""
-    if tier is not None and not isinstance(tier, Tier):
-        raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier) or None, "
-                        f"got {type(tier).__name__} {tier!r}")
+    check_tier(tier)
     _device_options(buffer_device, heap_bytes, tier)
 
 
