@@ -239,68 +239,90 @@ def plan_groups(ids, chunk_len, order, starts):  # type: ignore[no-untyped-def]
     return ng
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr, crc_chunks,
-                 crc_want, work, cwork, cbuf_size, status):  # type: ignore[no-untyped-def]
-    """Serve group ``g`` of a plan; False (``status`` set) on the first failure."""
+@njit(nogil=True, cache=True)
+def _serve_groups(g0, g1, counter, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
+                  crc_chunks, crc_want, scratch, cbuf, status):  # type: ignore[no-untyped-def]
+    """Serve groups of a plan: ``g0..g1``, or (``counter`` != 0) groups taken one at a time from the
+    int64 at address ``counter`` with an atomic increment until none is left. Decodes each group's
+    chunk once and copies its items out; returns how many groups it served, ``status`` set.
+
+    Every group is served in this one loop, not by a helper called per group: a jitted call that
+    takes arrays increments and decrements each array's reference count (atomically), ~28 atomic
+    operations a group here, which cost more than copying a small item (and, with several threads
+    on one plan, bounce those counts' cache lines between cores).
+    """
     chunk_len, capacity, item = p[CHUNK_LEN], p[CAPACITY], p[ITEM_BYTES]
     nruns, run, stride, dst = p[NRUNS], p[RUN], p[STRIDE], p[DST]
-    s0, s1 = starts[g], starts[g + 1]
-    first = ids[order[s0]]
-    if first < 0:
-        for t in range(s0, s1):
-            _zero_item(dst + dst_off[order[t]], nruns, run, stride)
-        return True
-    c = first // chunk_len
-    base = 0
-    sg = seg[c]
-    if sg >= 0:
-        n = np.int64(clen[c])
-        if sg >= segs.shape[1]:
-            status[0], status[1], status[2] = NO_ADDRESS, c, sg
-            return False
-        if segs[0, sg] != 0:
-            src = segs[0, sg] + off[c]
-        elif segs[1, sg] >= 0 and n <= cbuf_size:
-            got = _call4(p[PREAD], segs[1, sg], cwork, n, off[c])
-            if got != n:
-                status[0], status[1], status[2] = READ_ERROR, c, got
-                return False
-            src = cwork
-        else:
-            status[0], status[1], status[2] = NO_ADDRESS, c, sg
-            return False
-        if crc_chunks.size:
-            j = np.searchsorted(crc_chunks, c)
-            if j < crc_chunks.size and crc_chunks[j] == c:
-                got = crc32_at(p[CRC_FN], src, n)
-                if got != crc_want[j]:
-                    status[0], status[1], status[2] = CRC_ERROR, c, got
-                    return False
-        want = min(chunk_len, capacity - c * chunk_len) * item
-        if p[KIND] == RAW:
-            if n != want:
-                status[0], status[1], status[2] = WRONG_SIZE, c, n
-                return False
-            base = src
-        else:
-            got = _call6(p[FN], p[DCTX], work, want, src, n, p[DDICT])
-            if got != want:  # zstd errors are huge size_t values: negative here
-                status[0], status[1], status[2] = (DECODE_ERROR if got < 0 else WRONG_SIZE), c, got
-                return False
-            base = work
-    else:
-        for k in range(open_chunks.size):
-            if open_chunks[k] == c:
-                base = open_addr[k]
+    work, cwork, cbuf_size = scratch.ctypes.data, cbuf.ctypes.data, cbuf.size
+    served = 0
+    g = g0 - 1
+    while True:
+        if counter != 0:
+            g = _fetch_add(counter, 1)
+            if g >= g1:
                 break
-    for t in range(s0, s1):
-        i = order[t]
-        if base == 0:
-            _zero_item(dst + dst_off[i], nruns, run, stride)
         else:
-            _copy_runs(dst + dst_off[i], stride, base + (ids[i] - c * chunk_len) * item, run, nruns, run)
-    return True
+            g += 1
+            if g >= g1:
+                break
+        served += 1
+        s0, s1 = starts[g], starts[g + 1]
+        first = ids[order[s0]]
+        if first < 0:
+            for t in range(s0, s1):
+                _zero_item(dst + dst_off[order[t]], nruns, run, stride)
+            continue
+        c = first // chunk_len
+        base = 0
+        sg = seg[c]
+        if sg >= 0:
+            n = np.int64(clen[c])
+            if sg >= segs.shape[1]:
+                status[0], status[1], status[2] = NO_ADDRESS, c, sg
+                return served - 1
+            if segs[0, sg] != 0:
+                src = segs[0, sg] + off[c]
+            elif segs[1, sg] >= 0 and n <= cbuf_size:
+                got = _call4(p[PREAD], segs[1, sg], cwork, n, off[c])
+                if got != n:
+                    status[0], status[1], status[2] = READ_ERROR, c, got
+                    return served - 1
+                src = cwork
+            else:
+                status[0], status[1], status[2] = NO_ADDRESS, c, sg
+                return served - 1
+            if crc_chunks.size:
+                j = np.searchsorted(crc_chunks, c)
+                if j < crc_chunks.size and crc_chunks[j] == c:
+                    got = crc32_at(p[CRC_FN], src, n)
+                    if got != crc_want[j]:
+                        status[0], status[1], status[2] = CRC_ERROR, c, got
+                        return served - 1
+            want = min(chunk_len, capacity - c * chunk_len) * item
+            if p[KIND] == RAW:
+                if n != want:
+                    status[0], status[1], status[2] = WRONG_SIZE, c, n
+                    return served - 1
+                base = src
+            else:
+                got = _call6(p[FN], p[DCTX], work, want, src, n, p[DDICT])
+                if got != want:  # zstd errors are huge size_t values: negative here
+                    status[0], status[1], status[2] = (DECODE_ERROR if got < 0 else WRONG_SIZE), c, got
+                    return served - 1
+                base = work
+        else:
+            for k in range(open_chunks.size):
+                if open_chunks[k] == c:
+                    base = open_addr[k]
+                    break
+        for t in range(s0, s1):
+            i = order[t]
+            if base == 0:
+                _zero_item(dst + dst_off[i], nruns, run, stride)
+            else:
+                _copy_runs(dst + dst_off[i], stride, base + (ids[i] - c * chunk_len) * item, run, nruns, run)
+    status[0] = OK
+    return served
 
 
 @njit(nogil=True, cache=True)
@@ -317,12 +339,8 @@ def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
     found) of the first failure; nothing is written outside ``dst`` (whose layout
     ``dst_off`` and the copy pattern in ``p`` describe), ``scratch`` and ``cbuf``.
     """
-    work, cwork = scratch.ctypes.data, cbuf.ctypes.data
-    for g in range(g0, g1):
-        if not _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
-                            crc_chunks, crc_want, work, cwork, cbuf.size, status):
-            return
-    status[0] = OK
+    _serve_groups(g0, g1, 0, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
+                  crc_chunks, crc_want, scratch, cbuf, status)
 
 
 @njit(nogil=True, cache=True)
@@ -337,20 +355,8 @@ def gather_shared(ids, dst_off, order, starts, next_group, p, seg, off, clen, se
     the thread stops taking groups and says so in ``status``. Returns how many
     groups this thread served.
     """
-    work, cwork = scratch.ctypes.data, cbuf.ctypes.data
-    counter = next_group.ctypes.data
-    ngroups = starts.size - 1
-    served = 0
-    while True:
-        g = _fetch_add(counter, 1)
-        if g >= ngroups:
-            break
-        if not _serve_group(g, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
-                            crc_chunks, crc_want, work, cwork, cbuf.size, status):
-            return served
-        served += 1
-    status[0] = OK
-    return served
+    return _serve_groups(0, starts.size - 1, next_group.ctypes.data, ids, dst_off, order, starts, p, seg, off, clen,
+                         segs, open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status)
 
 
 @njit(nogil=True, cache=True)
