@@ -239,7 +239,17 @@ def test_losing_a_shard_leaves_sampling_from_the_others_with_one_warning():
         ray.get([write.remote(svc.name, 1, 100, 1, 1), write.remote(svc.name, 2, 100, 1, 2)])
         sampler = GlobalSampler(svc, timeout=10)
         sampler.sample(16)
-        ray.kill(svc.shard(1), no_restart=True)
+        dead = svc.shard(1)
+        ray.kill(dead, no_restart=True)
+        # ray.kill returns before the actor is gone: until it is, the shard can still answer
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "shard 1 outlived ray.kill by a minute"
+            try:
+                ray.get(dead.pid.remote(), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.05)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             batches = [sampler.sample(16) for _ in range(5)]
