@@ -88,9 +88,15 @@ __all__ = [
 ]
 
 _SMALL_ARRAYS = SMALL_ARRAYS
-#: ``small_arrays="auto"`` compresses SB3's small arrays from this many transitions on: below
-#: it they are a few MB, and reading them raw keeps a sample cheaper
+#: ``small_arrays="auto"`` compresses SB3's small arrays from this many transitions on when the
+#: actions are integers (Discrete, MultiDiscrete, MultiBinary): below it they are a few MB, and
+#: reading them raw keeps a sample cheaper
 COMPRESS_SMALL_FROM = 1_000_000
+#: ... and, whatever the actions, once they would take this many bytes raw. Float actions and
+#: dense rewards compress ~1.3x (36 B a row of a 6-dim Box action to 28 B with zstd1), integer
+#: actions and sparse rewards ~10x (20 B to 2 B), and a sampled row decodes its whole chunk of 64
+#: rows: compressing a 1M SAC buffer's would save 8 MB and make sample(256) several times slower
+COMPRESS_SMALL_BYTES = 256 << 20
 B = TypeVar("B", bound="_CompressedReplayMixin")
 #: attributes set by sb3-extra-buffers' arguments that 0.1.0 pickles of n-step and HER buffers lack
 _LEGACY_DEFAULTS = {"normalize_images": False, "output_dtype": None}
@@ -175,7 +181,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         if small_arrays not in ("auto", "raw", "compressed"):
             raise ValueError(f"small_arrays must be 'auto', 'raw' or 'compressed', got {small_arrays!r}")
         if small_arrays == "auto":
-            small_arrays = "compressed" if self.buffer_size * self.n_envs >= COMPRESS_SMALL_FROM else "raw"
+            small_arrays = "compressed" if self._compress_small_arrays() else "raw"
         self.small_arrays = small_arrays
         self._columns: Columns | None = None
         self._init_small_arrays()
@@ -197,6 +203,14 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def _device_keys(self) -> set[Any]:
         """Observation keys whose frames go to ``buffer_device`` (all of them; HER keeps its goals on the host)."""
         return set(subspaces(self.observation_space))
+
+    def _compress_small_arrays(self) -> bool:
+        """``small_arrays="auto"``'s choice: from :data:`COMPRESS_SMALL_FROM` transitions on for
+        integer actions, from :data:`COMPRESS_SMALL_BYTES` of raw small arrays on for any."""
+        rows, fields = self.buffer_size * self.n_envs, self._small_fields()
+        row_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape, dtype=np.int64)) for dt, shape in fields.values())
+        integer_actions = np.dtype(fields["actions"][0]).kind in "biu"
+        return (integer_actions and rows >= COMPRESS_SMALL_FROM) or rows * row_bytes >= COMPRESS_SMALL_BYTES
 
     def _small_fields(self) -> dict[str, tuple[Any, tuple[int, ...]]]:
         """SB3's small arrays: dtype and shape after ``(buffer_size, n_envs)``."""
@@ -514,7 +528,8 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         RAM; a pickled buffer loads into RAM), ``frame_dedup`` (False stores every observation
         whole), ``threads`` (threads sharing the chunks of one sample; default
         ``chunkstore.array.DEFAULT_THREADS``), ``small_arrays`` (``"raw"``: SB3's arrays,
-        ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on),
+        ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on for
+        integer actions, once they would take 256 MiB raw for float ones),
         ``buffer_device`` (None, the default: frames in host memory; a torch device such as
         ``"cuda"``: frames stored, decoded and stacked there, samples never leave it; see the
         module docstring) and ``heap_bytes`` (with ``buffer_device``: the most device bytes of

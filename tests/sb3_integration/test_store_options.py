@@ -240,3 +240,27 @@ def test_the_offline_importers_default_to_the_cores_chunks_and_codec():
     assert (params["chunk_len"].default, params["codec"].default) == (DEFAULT_CHUNK_LEN, DEFAULT_CODEC)
     image = _array(10, (84, 84), np.uint8, "obs")
     assert image.chunk_len == DEFAULT_CHUNK_LEN and image.codec == __import__("chunkstore").get_codec(DEFAULT_CODEC)
+
+
+@pytest.mark.parametrize("action_space, buffer_size, n_envs, expect", [
+    (spaces.Discrete(4), 1_000_000, 1, "compressed"),  # integer actions: ~10x smaller, from 1M transitions on
+    (spaces.MultiBinary(3), 500_000, 2, "compressed"),  # transitions count all envs
+    (spaces.Discrete(4), 999_999, 1, "raw"),
+    (spaces.Box(-1, 1, (6,), np.float32), 1_000_000, 1, "raw"),  # SAC's default: 36 MB raw, ~1.3x smaller compressed
+    (spaces.Box(-1, 1, (6,), np.float32), 8_000_000, 1, "compressed"),  # 288 MB raw: past 256 MiB
+    (spaces.Box(-1, 1, (1,), np.float32), 16_000_000, 1, "raw"),  # 16 B a row: 256 MB, under 256 MiB
+])
+def test_small_arrays_auto_compresses_what_compresses_or_what_is_large(action_space, buffer_size, n_envs, expect):
+    """``small_arrays="auto"``: integer actions from 1M transitions on, any once the raw arrays would
+    take 256 MiB; a float-action buffer at SAC's default size keeps SB3's arrays (a sampled row of a
+    compressed one decodes a whole chunk of 64 rows, for ~8 MB saved)."""
+    obs = spaces.Box(-1, 1, (3,), np.float32)
+    buf = CompressedReplayBuffer(buffer_size * n_envs, obs, action_space, "cpu", n_envs=n_envs)
+    try:
+        assert buf.small_arrays == expect
+        assert isinstance(buf.rewards, np.ndarray) == (expect == "raw")
+    finally:
+        buf.close()
+    explicit = CompressedReplayBuffer(1000, obs, action_space, "cpu", small_arrays="compressed")
+    assert explicit.small_arrays == "compressed"
+    explicit.close()
