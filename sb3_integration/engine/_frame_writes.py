@@ -288,7 +288,7 @@ class FrameWrites:
             k, L = self.layout.depth, self.chunk_len
             used = [w for w in range(self.stacks_per_row) if self.used[w]]
             for e in range(self.n_envs):
-                if all(self.pads[w, row, e] == UNWRITTEN for w in used):
+                if bool((self.pads[used, row, e] == UNWRITTEN).all()):  # (no generator: see RowWriter.release)
                     continue  # not written yet (rows filled out of order): nothing to infer from it
                 low = int(self.heads[e]) - k
                 for w in used:

@@ -286,7 +286,7 @@ class RowWriter:
         """
         if len(stacks) > 2:
             return False
-        if fs.far and any((w, row, e) in fs.far for w in range(1, fs.stacks_per_row) for e in range(fs.n_envs)):
+        if fs.far and any([(w, row, e) in fs.far for w in range(1, fs.stacks_per_row) for e in range(fs.n_envs)]):
             return False  # the rare far deltas of this row are forgotten in Python
         stop = self.put(fs, row, stacks[0], stacks[-1], whiches[0], whiches[-1], len(stacks))
         if stop >= 0:
@@ -352,7 +352,9 @@ class RowWriter:
     def release(self, fs: Any, row: int) -> bool:
         """:meth:`FrameStore.release_before` natively; False (nothing done) where Python must look far deltas up."""
         used = self._used
-        if len(used) != len(fs.used) or any(bool(u) != bool(v) for u, v in zip(used, fs.used, strict=False)):
+        # (a list, not any() over a generator: one left suspended is closed whenever it is collected,
+        # and a Ctrl-C landing in that close is swallowed as an unraisable exception)
+        if used.tolist() != [bool(v) for v in fs.used]:
             used = self._used = np.array(fs.used, bool)
         bounds = self._bounds
         if bounds.size != fs.n_envs:
