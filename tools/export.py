@@ -126,7 +126,7 @@ def episode_range(store: Any, episode: int, env: int | None) -> tuple[int, int]:
         if np.any(np.diff(where) != 1):
             raise ExportError(f"episode {episode} is not one contiguous range of items")
         return int(where[0]), int(where[-1]) + 1
-    small = store.arrays.get("transitions")  # a buffer's small arrays in chunks (from 1M transitions on)
+    small = store.arrays.get("transitions")  # a buffer's small arrays in chunks (small_arrays="compressed")
     if "dones" in extras:
         dones = np.asarray(extras["dones"])
     elif small is not None and small.dtype.names and "dones" in small.dtype.names:
