@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ChunkRef", "ReadChecks", "Tier", "check_tier", "checked_sizes", "rebuild_tier"]
+__all__ = ["ChunkRef", "ReadChecks", "Tier", "check_tier", "checked_sizes", "rebuild_tier", "ref_parts"]
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -32,6 +32,18 @@ class ChunkRef(NamedTuple):
     segment: int
     offset: int
     nbytes: int
+
+
+def ref_parts(ref: Any) -> ChunkRef:
+    """``ref`` when it is a chunk reference (a :class:`ChunkRef`, or a tuple of its three ints);
+    TypeError naming what it got otherwise (``tier.get(5)`` said "cannot unpack non-iterable int")."""
+    if type(ref) is ChunkRef:
+        return ref
+    ints = (int, np.integer)
+    if type(ref) is tuple and len(ref) == 3 and isinstance(ref[0], ints) and isinstance(ref[1], ints) \
+            and isinstance(ref[2], ints):
+        return ChunkRef(*ref)
+    raise TypeError(f"a chunk reference is a ChunkRef(segment, offset, nbytes), got {type(ref).__name__} {ref!r}")
 
 
 class ReadChecks(NamedTuple):

@@ -48,3 +48,20 @@ def test_a_pinned_released_chunk_is_peeked_by_its_own_ref_only(kind, tmp_path):
     unpin()
     assert bytes(tier.get(keep)) == b"ghij"
     tier.close()
+
+
+@pytest.mark.parametrize("kind", TIERS)
+@pytest.mark.parametrize("bad", [5, None, "0:0:6", (0, 0), (0.0, 0, 6), [0, 0, 6]])
+def test_what_is_not_a_chunk_reference_is_a_typeerror_naming_it(kind, bad, tmp_path):
+    """``tier.get(5)`` said "cannot unpack non-iterable int object"; get, peek and release now name
+    what they got. A plain tuple of three ints is a reference, as a ChunkRef is."""
+    tier = TIERS[kind](tmp_path)
+    ref = tier.put(b"abcdef")
+    for op in (tier.get, tier.peek, tier.release):
+        with pytest.raises(TypeError, match="a chunk reference is a ChunkRef"):
+            op(bad)
+    assert bytes(tier.get(tuple(ref))) == bytes(tier.peek(tuple(ref))) == b"abcdef"
+    tier.release(tuple(ref))
+    with pytest.raises(UnknownRefError):
+        tier.get(ref)
+    tier.close()
