@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ChunkRef", "ReadChecks", "Tier", "check_tier", "checked_sizes", "rebuild_tier", "ref_parts"]
+__all__ = ["ChunkRef", "ReadChecks", "Tier", "check_tier", "checked_ref", "checked_sizes", "rebuild_tier"]
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -34,7 +34,7 @@ class ChunkRef(NamedTuple):
     nbytes: int
 
 
-def ref_parts(ref: Any) -> ChunkRef:
+def checked_ref(ref: Any) -> ChunkRef:
     """``ref`` when it is a chunk reference (a :class:`ChunkRef`, or a tuple of its three ints);
     TypeError naming what it got otherwise (``tier.get(5)`` said "cannot unpack non-iterable int")."""
     if type(ref) is ChunkRef:

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.errors import TierFullError, UnknownRefError
-from chunkstore.tiers._base import ChunkRef, Tier, checked_sizes, rebuild_tier, ref_parts
+from chunkstore.tiers._base import ChunkRef, Tier, checked_ref, checked_sizes, rebuild_tier
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "MAX_SEGMENT_BYTES", "MIN_SEGMENT_BYTES", "AddressTable", "SegmentedTier"]
 
@@ -307,7 +307,7 @@ class SegmentedTier(Tier):
             return self._view(seg, ref[1], ref[2])
 
     def peek(self, ref: ChunkRef) -> Any:
-        seg_id, offset, n = ref_parts(ref)
+        seg_id, offset, n = checked_ref(ref)
         with self._lock:
             seg = self._segments.get(seg_id)
             i = -1 if seg is None or n < 0 or offset + n > seg.fill else seg.find(offset)
@@ -317,7 +317,7 @@ class SegmentedTier(Tier):
             return self._view(seg, offset, n)
 
     def release(self, ref: ChunkRef) -> None:
-        seg_id, offset, n = ref_parts(ref)
+        seg_id, offset, n = checked_ref(ref)
         with self._lock:
             seg = self._segments.get(seg_id)
             i = -1 if seg is None else seg.find(offset)
@@ -491,7 +491,7 @@ class SegmentedTier(Tier):
 
     def _live_segment(self, ref: ChunkRef) -> _Segment:
         """The segment holding live chunk ``ref``; the caller holds the lock."""
-        seg_id, offset, n = ref_parts(ref)
+        seg_id, offset, n = checked_ref(ref)
         seg = self._segments.get(seg_id)
         if seg is None or seg.live_length(offset) != n or n < 0:
             raise UnknownRefError(
