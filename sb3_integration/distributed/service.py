@@ -283,11 +283,15 @@ class ReplayService:
         return self._each_shard("info")
 
     def checkpoint(self) -> list[dict[str, float]]:
-        """Checkpoint every shard now (in parallel); each returns its pause and total seconds."""
+        """Checkpoint every shard now (in parallel); each returns its pause and total seconds.
+        ValueError, before any shard is called, for a service created without ``checkpoint_dir``."""
         import ray
 
         if self.closed:
             raise LimiterClosed(f"replay service {self.name!r} is closed")
+        if self.config.checkpoint_dir is None:
+            raise ValueError(f"replay service {self.name!r} has no checkpoint_dir: "
+                             "create it with ReplayService.create(..., checkpoint_dir=...) to checkpoint it")
         refs = [self.shard(i).checkpoint.remote() for i in range(self.n_shards)]  # in parallel
         out = []
         for i, ref in enumerate(refs):

@@ -281,3 +281,16 @@ def test_a_service_is_found_by_name_and_bad_input_fails_at_the_call():
         w.close()
     finally:
         svc.close()
+
+
+def test_checkpoint_of_a_service_without_checkpoint_dir_is_a_value_error_at_the_call():
+    """Not a RayTaskError from each shard (one raised, the others logged as unhandled)."""
+    svc = service(n_shards=2)
+    try:
+        with pytest.raises(ValueError, match=r"has no checkpoint_dir") as err:
+            svc.checkpoint()
+        assert not isinstance(err.value, ray.exceptions.RayTaskError)
+        assert "\n" not in str(err.value)
+        assert svc.sizes() == [0, 0]  # the service still works
+    finally:
+        svc.close()
