@@ -132,6 +132,10 @@ def _normalise_dtypes(dtypes: Any) -> dict[str, Any]:
         return {"elem_type": np.uint8, "runs_type": np.uint16}
     if isinstance(dtypes, dict):
         return dtypes
+    if _as_numpy_dtype(dtypes) is None:  # sb3-extra-buffers fails on it too (np.dtype of it)
+        raise TypeError(f"dtypes must be a dtype or a dict of them (elem_type, runs_type), got {dtypes!r}"
+                        + (" (compression_method comes after dtypes and normalize_images)"
+                           if isinstance(dtypes, str) else ""))
     return {"elem_type": dtypes, "runs_type": dtypes}
 
 
@@ -195,7 +199,8 @@ def parse_extra_buffers_args(observation_space: spaces.Space, *, dtypes: Any = N
     Raises
     ------
     TypeError
-        ``normalize_images`` not a bool, unknown ``*compression_kwargs`` keys.
+        ``normalize_images`` not a bool, ``dtypes`` not a dtype or a dict, unknown
+        ``*compression_kwargs`` keys.
     ValueError
         ``output_dtype`` not ``"raw"`` or ``"float"``; an unknown codec name
         (:class:`chunkstore.CodecConfigError`).

@@ -230,6 +230,17 @@ def test_bad_options_are_refused():
         CompressedRolloutBuffer(8, IMAGE, ACT, "cpu", output_dtype="float")  # sb3eb's rollout has none either
 
 
+def test_a_codec_name_given_where_dtypes_go_is_a_typeerror_as_in_sb3eb():
+    """``compression_method`` one place early (8th, where ``dtypes`` goes) was stored as dtypes and
+    ignored: the buffer used the default codec. sb3-extra-buffers raises TypeError (np.dtype of it)."""
+    with pytest.raises(TypeError, match="dtypes must be a dtype.*compression_method comes after"):
+        CompressedReplayBuffer(10, IMAGE, ACT, "cpu", 1, False, True, "zstd3")
+    with pytest.raises(TypeError, match="dtypes must be a dtype"):
+        CompressedRolloutBuffer(8, IMAGE, ACT, "cpu", 0.9, 0.98, 2, object())
+    assert CompressedReplayBuffer(10, IMAGE, ACT, "cpu", dtypes="uint8").dtypes["elem_type"] == "uint8"
+    assert CompressedReplayBuffer(10, IMAGE, ACT, "cpu", dtypes=th.uint8).dtypes["elem_type"] == th.uint8
+
+
 def test_positional_arguments_in_sb3ebs_order():
     buf = CompressedReplayBuffer(10, IMAGE, ACT, "cpu", 1, False, True, None, True, "lz4-frame/5")
     assert buf.normalize_images and buf.compression_method == "lz4-frame/5"
