@@ -233,7 +233,7 @@ def test_bad_options_are_refused():
 def test_a_codec_name_given_where_dtypes_go_is_a_typeerror_as_in_sb3eb():
     """``compression_method`` one place early (8th, where ``dtypes`` goes) was stored as dtypes and
     ignored: the buffer used the default codec. sb3-extra-buffers raises TypeError (np.dtype of it)."""
-    with pytest.raises(TypeError, match="dtypes must be a dtype.*compression_method comes after"):
+    with pytest.raises(TypeError, match=r"dtypes must be a dtype.*compression_method comes after"):
         CompressedReplayBuffer(10, IMAGE, ACT, "cpu", 1, False, True, "zstd3")
     with pytest.raises(TypeError, match="dtypes must be a dtype"):
         CompressedRolloutBuffer(8, IMAGE, ACT, "cpu", 0.9, 0.98, 2, object())
