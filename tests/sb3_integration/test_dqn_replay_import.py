@@ -320,7 +320,6 @@ def test_resume_with_other_arguments_refused(tmp_path, breakout_run):
     import_dqn_replay(src, out, update_horizon=3, progress=False)
 
 
-
 def test_resume_takes_the_finishing_runs_gamma(tmp_path, breakout_run):
     """gamma decides only the join, not the parts: a resumed import with another gamma is not
     refused, and the joined file holds the finishing run's gamma (README, Offline data)."""
@@ -331,6 +330,7 @@ def test_resume_takes_the_finishing_runs_gamma(tmp_path, breakout_run):
     assert not os.path.exists(str(out) + ".parts")
     with DQNReplayBuffer.load(out) as buf:
         assert buf.gamma == 0.5
+
 
 def test_bad_arguments(tmp_path, breakout_run):
     src, _ = _ckpt_dir(tmp_path, breakout_run)
