@@ -4,7 +4,7 @@ SAC, TD3 and DQN default to ``buffer_size=1_000_000``; on a vector env (Pendulum
 float32 observations, a 1-dim float action) a batch is a few KB. This fills SB3's
 ``ReplayBuffer`` and ours (the default, which keeps SB3's small arrays raw for float actions at
 this size; ``small_arrays="compressed"``, what the default was for every buffer of 1M transitions
-before) with the same transitions and times ``sample(256)`` in one
+before; ``compression_method="none"``, observations in raw chunks) with the same transitions and times ``sample(256)`` in one
 process, interleaving the buffers and the two thread rules (``chunkstore.native.PARALLEL_MIN_BYTES``:
 0, every read of 64 items or more wakes a helper; the default, reads of fewer bytes stay on the
 caller) over several rounds, and reports medians and ratios to SB3 measured in the same run.
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ours, default": CompressedReplayBuffer(args.capacity, obs_space, act_space, "cpu"),
         "ours, small_arrays=compressed": CompressedReplayBuffer(args.capacity, obs_space, act_space, "cpu",
                                                                 small_arrays="compressed"),
+        "ours, compression_method=none": CompressedReplayBuffer(args.capacity, obs_space, act_space, "cpu",
+                                                                compression_method="none"),
     }
     rng = np.random.default_rng(0)
     for _ in range(args.rows):
