@@ -23,6 +23,7 @@ import numpy as np
 from chunkstore import _threads, native
 from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.array._fields import ArrayFields
+from chunkstore.array.frontend import check_chunk, check_chunks
 from chunkstore.casting import zero_fill
 from chunkstore.errors import CorruptChunkError, FileChangedError
 from chunkstore.tiers import ChunkRef, ReadChecks
@@ -275,17 +276,8 @@ class ReadPath(ArrayFields):
 
     def chunk(self, c: int) -> np.ndarray:
         """The decoded items of chunk ``c`` (a copy)."""
-        c = self._check_chunk(c)
+        c = check_chunk(self.name, c, self.nchunks_total)
         return self.take(np.arange(c * self.chunk_len, c * self.chunk_len + self._table.rows(c)))
-
-    def _check_chunk(self, c: Any) -> int:
-        """``c`` as a chunk index in ``0 .. nchunks_total - 1``: TypeError / IndexError naming it (a
-        negative one read another chunk, one past the end an empty chunk or numpy's IndexError)."""
-        if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)):
-            raise TypeError(f"{self.name}: a chunk index must be an int, got {type(c).__name__} {c!r}")
-        if not 0 <= c < self.nchunks_total:
-            raise IndexError(f"chunk {c} out of range for {self.name} ({self.nchunks_total} chunks)")
-        return int(c)
 
     # -- numpy-style access --------------------------------------------------------------
     def __getitem__(self, key: Any) -> np.ndarray:
@@ -325,7 +317,7 @@ class ReadPath(ArrayFields):
 
     def chunk_bytes(self, c: int) -> memoryview:
         """The encoded bytes of sealed chunk ``c`` (zero-copy, read-only)."""
-        c = self._check_chunk(c)
+        c = check_chunk(self.name, c, self.nchunks_total)
         table = self._table
         if not table.is_stored(c):
             raise KeyError(f"{self.name}: chunk {c} is not stored (open or never written)")
@@ -333,13 +325,7 @@ class ReadPath(ArrayFields):
 
     def iter_chunk_bytes(self, chunks: np.ndarray) -> Iterator[memoryview]:
         """:meth:`chunk_bytes` of each of ``chunks`` (stored chunk indices), in order: the save path."""
-        given = np.asarray(chunks)
-        if given.size and (given.ndim != 1 or given.dtype.kind not in "iu"):
-            raise TypeError(f"{self.name}: chunks must be a 1-D array of ints, got {given.dtype} of shape {given.shape}")
-        chunks = given.astype(np.int64, copy=False)
-        bad = np.flatnonzero((chunks < 0) | (chunks >= self.nchunks_total))
-        if bad.size:
-            raise IndexError(f"chunk {int(chunks[bad[0]])} out of range for {self.name} ({self.nchunks_total} chunks)")
+        chunks = check_chunks(self.name, chunks, self.nchunks_total)
         table = self._table
         seg, off, n = table.seg[chunks], table.off[chunks], table.len[chunks]
         missing = np.flatnonzero(seg < 0)
@@ -356,4 +342,4 @@ class ReadPath(ArrayFields):
 
     def chunk_rows(self, c: int) -> int:
         """Number of items in chunk ``c`` (the last chunk may be shorter)."""
-        return self._table.rows(self._check_chunk(c))
+        return self._table.rows(check_chunk(self.name, c, self.nchunks_total))

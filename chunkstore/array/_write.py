@@ -22,7 +22,7 @@ import numpy as np
 
 from chunkstore.array import _training
 from chunkstore.array._fields import ArrayFields
-from chunkstore.array.frontend import WriteFrontEnd
+from chunkstore.array.frontend import WriteFrontEnd, check_chunk
 from chunkstore.casting import zero_fill
 from chunkstore.tiers import ChunkRef
 
@@ -49,8 +49,7 @@ class WritePath(WriteFrontEnd, ArrayFields):
     # -- writes the front-end does not have -----------------------------------------------
     def put_chunk_bytes(self, c: int, data: Any) -> None:
         """Install already-encoded bytes as chunk ``c``, verbatim (the load path)."""
-        if not 0 <= c < self.nchunks_total:
-            raise IndexError(f"chunk {c} out of range for {self.name} ({self.nchunks_total} chunks)")
+        c = check_chunk(self.name, c, self.nchunks_total)
         with self._lock:
             self._begin()
             ref = self.tier.put(data)
@@ -123,11 +122,10 @@ class WritePath(WriteFrontEnd, ArrayFields):
 
         Opening it may seal the least recently written open chunk (``max_open``).
         """
-        if not 0 <= c < self.nchunks_total:
-            raise IndexError(f"chunk {c} out of range for {self.name} ({self.nchunks_total} chunks)")
+        c = check_chunk(self.name, c, self.nchunks_total)
         with self._lock:
             self._begin()
-            buf = self._open_chunk(int(c))
+            buf = self._open_chunk(c)
             self._dirty = False
         return buf
 

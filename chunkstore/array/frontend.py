@@ -29,7 +29,7 @@ import numpy as np
 from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.casting import lossless_cast
 
-__all__ = ["WriteFrontEnd", "check_count", "check_geometry"]
+__all__ = ["WriteFrontEnd", "check_chunk", "check_chunks", "check_count", "check_geometry"]
 
 
 def check_geometry(capacity: int, item_shape: tuple[int, ...] | int, dtype: Any, chunk_len: int,
@@ -62,6 +62,28 @@ def check_geometry(capacity: int, item_shape: tuple[int, ...] | int, dtype: Any,
     if dt.subdtype is not None:  # ("u1", (3,)): numpy's own rule, the sub-array joins the item shape
         shape, dt = shape + dt.shape, dt.base
     return int(capacity), shape, dt, min(int(chunk_len), int(capacity)), int(max_open)
+
+
+def check_chunk(name: str, c: Any, nchunks: int) -> int:
+    """``c`` as a chunk index of array ``name`` (``0 .. nchunks - 1``): TypeError for what is not an
+    int (``1.5``, ``True``), IndexError out of range (a negative index read another chunk)."""
+    if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)):
+        raise TypeError(f"{name}: a chunk index must be an int, got {type(c).__name__} {c!r}")
+    if not 0 <= c < nchunks:
+        raise IndexError(f"chunk {c} out of range for {name} ({nchunks} chunks)")
+    return int(c)
+
+
+def check_chunks(name: str, chunks: Any, nchunks: int) -> np.ndarray:
+    """:func:`check_chunk` of every one of ``chunks`` (a 1-D array of ints; empty is fine), as int64."""
+    given = np.asarray(chunks)
+    if given.size and (given.ndim != 1 or given.dtype.kind not in "iu"):
+        raise TypeError(f"{name}: chunks must be a 1-D array of ints, got {given.dtype} of shape {given.shape}")
+    out = given.reshape(-1).astype(np.int64, copy=False)
+    bad = np.flatnonzero((out < 0) | (out >= nchunks))
+    if bad.size:
+        raise IndexError(f"chunk {int(out[bad[0]])} out of range for {name} ({nchunks} chunks)")
+    return out
 
 
 def check_count(name: str, value: Any, minimum: int = 1) -> int:

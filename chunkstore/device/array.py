@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.array import DEFAULT_CHUNK_LEN, MAX_OPEN_CHUNKS
-from chunkstore.array.frontend import WriteFrontEnd, check_geometry
+from chunkstore.array.frontend import WriteFrontEnd, check_chunks, check_geometry
 from chunkstore.device._fork import note_cpu_store
 from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
@@ -432,14 +432,9 @@ class DeviceArray(WriteFrontEnd):
     def discard_chunks(self, chunks: np.ndarray) -> None:
         """Free whole chunks (stored or open) by index (IndexError / TypeError for a bad one: a
         float index was truncated, and ``1.5`` freed chunk 1)."""
-        given = np.asarray(chunks)
-        if given.size and (given.ndim != 1 or given.dtype.kind not in "iu"):
-            raise TypeError(f"{self.name}: chunks must be a 1-D array of ints, got {given.dtype} of shape {given.shape}")
-        bad = given[(given < 0) | (given >= self.nchunks_total)] if given.size else given
-        if bad.size:
-            raise IndexError(f"chunk {int(bad[0])} out of range for {self.name} ({self.nchunks_total} chunks)")
+        checked = check_chunks(self.name, chunks, self.nchunks_total)
         with self._lock:
-            for c in given.astype(np.int64, copy=False).tolist():
+            for c in checked.tolist():
                 self.discard(c * self.chunk_len, min((c + 1) * self.chunk_len, self.capacity))
 
     def close(self) -> None:
