@@ -50,4 +50,4 @@ __all__ = [
     "register_codec",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # pyproject.toml reads it (dynamic version)

@@ -34,6 +34,22 @@ def test_license_is_an_spdx_string_and_setuptools_supports_it():
     assert setuptools.specifier.contains("77.0.0")
 
 
+def test_the_version_is_written_once_and_the_installed_metadata_agrees():
+    """pyproject.toml takes the version from ``chunkstore.__version__`` (read without importing it:
+    setuptools' static read, so a build without numpy works), and what pip installed says the same."""
+    import importlib.metadata
+
+    from setuptools.config.expand import read_attr
+
+    import chunkstore
+
+    config = tomllib.loads(PYPROJECT.read_text())
+    assert "version" not in config["project"] and "version" in config["project"]["dynamic"]
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "chunkstore.__version__"}
+    assert read_attr("chunkstore.__version__", {"": "."}, str(ROOT)) == chunkstore.__version__
+    assert importlib.metadata.version("chunkstore") == chunkstore.__version__, "reinstall: pip install -e ."
+
+
 def project_copy(folder: Path, pyproject: str) -> Path:
     """What setuptools reads to build the metadata: pyproject.toml, the README, the packages."""
     folder.mkdir()
