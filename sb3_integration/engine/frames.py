@@ -296,7 +296,11 @@ class FrameStore(FrameWrites):
     def _make_tier(self) -> Tier | None:
         """The tier for a new frame array: a fresh one from the factory, or the shared one given."""
         if callable(self.tier) and not isinstance(self.tier, Tier):
-            return self.tier()
+            made = self.tier()
+            if not isinstance(made, Tier):  # (the first add() after the layout is known calls it)
+                raise TypeError(f"{self.name}: the tier factory {self.tier!r} returned {type(made).__name__} "
+                                f"{made!r}; it must return a chunkstore Tier (MemoryTier, DiskTier, ...)")
+            return made
         return self.tier
 
     def _decide(self, layout: StackLayout) -> None:

@@ -264,3 +264,55 @@ def test_small_arrays_auto_compresses_what_compresses_or_what_is_large(action_sp
     explicit = CompressedReplayBuffer(1000, obs, action_space, "cpu", small_arrays="compressed")
     assert explicit.small_arrays == "compressed"
     explicit.close()
+
+
+def _atari_rows(n, seed=0):
+    """``n`` transitions of random (1, 4, 84, 84) uint8 stacks: every add a fresh stack."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        obs, nxt = (rng.integers(0, 255, (1, 4, 84, 84), dtype=np.uint8) for _ in range(2))
+        yield obs, nxt, np.array([i % 3]), np.array([float(i)]), np.array([0.0]), [{}]
+
+
+def test_a_tier_factory_that_returns_no_tier_is_named_at_the_add_that_calls_it():
+    """The factory is called once the stacking layout is known (within the first 32 adds): that
+    add, and every later add or read of the observations, raises a TypeError naming the factory."""
+    space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    ours = CompressedReplayBuffer(64, space, spaces.Discrete(3), tier=dict)
+    named = r"observations: the tier factory <class 'dict'> returned dict \{\}; it must return a chunkstore Tier"
+    rows = list(_atari_rows(40))
+    with pytest.raises(TypeError, match=named):
+        for tr in rows:
+            ours.add(*tr)
+    assert 0 < ours.pos < 33
+    with pytest.raises(TypeError, match=named):
+        ours.add(*rows[ours.pos])
+    with pytest.raises(TypeError, match=named):
+        ours.observations[0]
+
+
+def test_a_tier_factory_that_fails_once_loses_nothing_when_the_add_is_retried():
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return MemoryTier()
+
+    space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    ours = CompressedReplayBuffer(64, space, spaces.Discrete(3), tier=flaky)
+    ref = ReplayBuffer(64, space, spaces.Discrete(3))
+    failed = 0
+    for tr in _atari_rows(80, seed=1):
+        try:
+            ours.add(*tr)
+        except OSError:
+            failed += 1
+            ours.add(*tr)  # the same add again, as a caller retrying after freeing space would
+        ref.add(*tr)
+    assert failed == 1 and ours.pos == ref.pos and ours.full == ref.full
+    for i in range(64):
+        assert np.array_equal(ours.observations[i], ref.observations[i])
+        assert np.array_equal(ours.next_observations[i], ref.next_observations[i])
+        assert ours.rewards[i] == ref.rewards[i] and ours.actions[i] == ref.actions[i]
