@@ -1,6 +1,7 @@
 """Packaging: a quiet install, and an import graph with no private cross-package imports or circles.
 
-A quiet install: the project's metadata uses the forms current setuptools wants.
+A quiet install: the project's metadata uses the forms current setuptools wants. One version:
+``chunkstore.__version__``, which pyproject.toml reads and the installed metadata repeats.
 
 setuptools deprecated the ``project.license`` table (``{ text = "MIT" }``; builds
 fail after 2027-02-18) for an SPDX string, which needs setuptools >= 77. The slow
@@ -12,6 +13,7 @@ with the old table must produce one, or the check would be blind.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -47,6 +49,11 @@ def test_the_version_is_written_once_and_the_installed_metadata_agrees():
     assert "version" not in config["project"] and "version" in config["project"]["dynamic"]
     assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "chunkstore.__version__"}
     assert read_attr("chunkstore.__version__", {"": "."}, str(ROOT)) == chunkstore.__version__
+    # what lets setuptools read it without importing chunkstore: a plain string assigned at top level
+    tree = ast.parse((ROOT / "chunkstore" / "__init__.py").read_text())
+    (literal,) = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                  and [getattr(t, "id", None) for t in node.targets] == ["__version__"]]
+    assert isinstance(literal, ast.Constant) and literal.value == chunkstore.__version__
     assert importlib.metadata.version("chunkstore") == chunkstore.__version__, "reinstall: pip install -e ."
 
 

@@ -1,6 +1,6 @@
 """Single-transition ``add()`` cost on real MsPacman stacks: SB3 (both layouts) against ours, in one process.
 
-    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--cpu] [--out results/bench_add.json]
+    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--cpu] [--encode-free] [--out results/bench_add.json]
 
 Real frames: ``collect_stacked`` from ``tools/atari_data.py`` (SB3's own Atari pipeline, a
 uniformly random policy, (4, 84, 84) uint8, 1 env; cached under ``./data``). Each arm is a
@@ -10,8 +10,10 @@ alternated within a round and their order rotated between rounds. The figures ar
 median over rounds of each arm's µs per add and of its ratio to SB3 with
 ``optimize_memory_usage=True`` in the same round (the machine is shared and noisy: compare
 the ratios). Arms: SB3 ``ReplayBuffer`` (``optimize_memory_usage`` False and True) and
-``CompressedReplayBuffer`` with its defaults; ``--bulk`` adds a row for ``extend`` where the
-buffer has one.
+``CompressedReplayBuffer`` with its defaults. ``--encode-free`` adds a diagnostic arm: ours
+with its codec's ``encode`` replaced, after the warm-up fill, by one that returns the same stored
+blob for every chunk (what an add costs without the compression; that buffer's contents are
+garbage, it is never read).
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ def _adds(buf: Any, tr: Any, start: int, n: int, clock: Any = time.perf_counter)
     return (clock() - t0) / n
 
 
+def _encode_free(buf: Any, tr: Any) -> None:
+    """``buf``'s frame codec encodes nothing from now on: every chunk is stored as one blob
+    encoded once here (a real chunk's bytes, so the tier stores what it would)."""
+    (store,) = buf.frame_stores.values()
+    codec = store.frames.codec
+    blob = codec.encode(np.ascontiguousarray(tr.obs[:store.chunk_len, 0, -1]))
+    codec.encode = lambda raw: blob  # the instance only: the other arms keep theirs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--game", default="MsPacman")
@@ -65,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", action="store_true",
                    help="time with the calling thread's CPU time (time.thread_time) instead of wall time: "
                         "steadier on a shared machine (add() runs on the calling thread only)")
+    p.add_argument("--encode-free", action="store_true",
+                   help="add a diagnostic arm: ours with every chunk's encode replaced by a stored blob")
     args = p.parse_args(argv)
     clock = time.thread_time if args.cpu else time.perf_counter
 
@@ -75,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     tr = collect_stacked(args.game, args.steps, n_envs=1, seed=0)
     arms = _arms(args.capacity)
     cursor = dict.fromkeys(arms, 0)
+    if args.encode_free:
+        arms["ours, encode free (diagnostic)"] = _arms(args.capacity)["ours (default)"]
     for name, buf in arms.items():  # warm-up: fill once, so every arm is timed at steady state
         _adds(buf, tr, 0, args.capacity + 1)
         cursor[name] = args.capacity + 1
+    if args.encode_free:  # after the fill: the codec is trained by then (training replaces it)
+        _encode_free(arms["ours, encode free (diagnostic)"], tr)
     names = list(arms)
     per: dict[str, list[float]] = {n: [] for n in names}
     ratio: dict[str, list[float]] = {n: [] for n in names}
