@@ -116,3 +116,93 @@ def test_a_forked_child_of_a_device_buffer_samples_and_adds(kind, how):
     done = subprocess.run([sys.executable, "-c", script, kind, how], cwd=REPO, capture_output=True, text=True,
                           timeout=180, env=env)
     assert "CHILD_OK" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+# -- CUDA: a forked child gets a clear error, and exits without aborting -----------------------------------
+
+CUDA_SCRIPT = textwrap.dedent("""
+    import multiprocessing as mp, os, sys, numpy as np, torch
+    from gymnasium import spaces
+    from chunkstore import DeviceTier
+    from sb3_integration import CompressedReplayBuffer
+    how = sys.argv[1]
+    space = spaces.Box(0, 255, (4, 24, 24), np.uint8)
+    buf = CompressedReplayBuffer(200, space, spaces.Discrete(3), "cuda", buffer_device="cuda")
+    rng = np.random.default_rng(0)
+    for t in range(150):
+        o = rng.integers(0, 255, (1, 4, 24, 24), dtype=np.uint8)
+        buf.add(o, o, np.array([t % 3]), np.array([1.0]), np.array([0.0]), [{}])
+    buf.sample(32)  # events recorded, pinned buffers used
+    tier = DeviceTier("cuda")
+    tier.get(tier.put(b"abc"))
+
+    def child(_=None):
+        said = []
+        new = rng.integers(0, 255, (1, 4, 24, 24), dtype=np.uint8)  # a new frame: the add writes one
+        for name, call in (("sample", lambda: buf.sample(8)), ("add", lambda: buf.add(new, new, np.array([0]),
+                           np.array([0.0]), np.array([0.0]), [{}]))):
+            try:
+                call()
+                said.append(name + ":no error")
+            except RuntimeError as e:
+                said.append(name + (":named" if "CUDA does not survive fork()" in str(e) else ":other " + str(e)))
+        buf.close()
+        tier.close()
+        return " ".join(said)
+
+    if how == "os.fork":
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, child().encode())
+            sys.exit(0)  # a normal exit: finalizers run
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        print("CHILD", os.read(r, 4096).decode(), "STATUS", status)
+    else:
+        with mp.get_context("fork").Pool(1) as pool:
+            print("CHILD", pool.apply_async(child).get(timeout=120), "STATUS", 0)
+    print("PARENT", bool(buf.sample(8).observations.is_cuda))  # the parent goes on
+""")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("how", ["os.fork", "pool"])
+def test_a_forked_child_of_a_cuda_buffer_gets_a_named_error_and_exits_cleanly(how):
+    """A child of a process holding a buffer_device="cuda" buffer aborted (SIGABRT) on its first
+    sample(), and at a normal exit, in CUDA calls from destructors (events, pinned and device memory)."""
+    done = subprocess.run([sys.executable, "-c", CUDA_SCRIPT, how], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert "CHILD sample:named add:named STATUS 0" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "PARENT True" in done.stdout
+
+
+def test_a_store_inherited_by_a_forked_child_refuses_its_operations_and_keeps_its_memory():
+    """The guard behind the CUDA test, on the cpu: a DeviceArray or DeviceTier that another process
+    made (as a fork child sees one made on CUDA) refuses reads and writes by name, and closing it
+    releases nothing (the release would call into CUDA there)."""
+    import numpy as np
+
+    from chunkstore import DeviceTier
+    from chunkstore.device import DeviceArray
+
+    arr = DeviceArray(16, (3,), np.uint8, device="cpu")
+    arr[0] = np.ones(3, np.uint8)
+    arr._pid = os.getpid() + 1  # what a forked child of the maker sees
+    for call in (lambda: arr.take(np.array([0])), lambda: arr.__setitem__(1, np.ones(3, np.uint8)), arr.flush):
+        with pytest.raises(RuntimeError, match=r"CUDA does not survive fork\(\).*'spawn' or 'forkserver'"):
+            call()
+    heap = arr._heap
+    arr.close()
+    assert heap.arena is not None, "close() in a child releases nothing"
+    arr._pid = None
+    with pytest.raises(ValueError, match="the array is closed"):
+        arr.take(np.array([0]))
+
+    tier = DeviceTier("cpu")
+    ref = tier.put(b"abc")
+    tier._pid = os.getpid() + 1
+    tier.close()
+    tier._pid = None
+    assert tier.closed and tier._segments, "the child's close keeps the segments"
+    del ref

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkstore._cuda_fork import check_process, forked_from, note_cuda_store
 from chunkstore.array import DEFAULT_CHUNK_LEN, MAX_OPEN_CHUNKS
 from chunkstore.array.frontend import WriteFrontEnd, check_chunks, check_geometry
 from chunkstore.device._fork import note_cpu_store
@@ -128,6 +129,8 @@ class DeviceArray(WriteFrontEnd):
             raise ValueError(f"{self.name}: CUDA is not available here; use device='cpu'")
         if self.device.type == "cpu":
             note_cpu_store(torch)  # forked children keep off OpenMP's dead threads (chunkstore.device._fork)
+        # a forked child must not touch the CUDA objects made here (chunkstore._cuda_fork)
+        self._pid = note_cuda_store(self) if self.device.type == "cuda" else None
         self._item_nbytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
         self.fmt = RunFormat.for_item(max(self._item_nbytes, 1))
         self._tdtype = torch_dtype(self.dtype)
@@ -272,6 +275,7 @@ class DeviceArray(WriteFrontEnd):
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"{self.name}: the array is closed")
+        check_process(self.name, self.device, self._pid)
 
     # -- writing: WriteFrontEnd's public writes, ChunkedArray's semantics -------------------------
     def _begin(self) -> None:
@@ -443,6 +447,8 @@ class DeviceArray(WriteFrontEnd):
             if self._closed:
                 return
             self._closed = True
+            if forked_from(self._pid):
+                return  # the parent's CUDA memory: releasing it here would call into CUDA and abort
             self._heap.close()
             self._pool.close()
             self._staging.release()

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkstore._cuda_fork import forked_from, note_cuda_store
 from chunkstore.errors import MissingBackendError
 from chunkstore.tiers._base import ChunkRef
 from chunkstore.tiers._segments import (
@@ -76,6 +77,14 @@ class DeviceTier(SegmentedTier):
                              "use device='cpu'")
         self._staging: Any = None  # pinned host buffer for cuda puts (writer only)
         self._staging_lock = threading.Lock()
+        # a forked child must not touch the CUDA objects made here (chunkstore._cuda_fork)
+        self._pid = note_cuda_store(self) if self.device.type == "cuda" else None
+
+    def close(self) -> None:
+        if forked_from(self._pid):  # the parent's CUDA memory: releasing it here would call into CUDA
+            self._closed = True
+            return
+        super().close()
 
     def _settings(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (str(self.device),), {"segment_bytes": self.segment_bytes, "max_bytes": self.max_bytes}
