@@ -389,15 +389,18 @@ def test_cuda_round_trip_and_no_syncs():
     arr = DeviceArray(300, (84, 84), np.uint8, device="cuda", segment_bytes=1 << 16, budget_bytes=1 << 17)
     for i in range(300):
         arr[i] = model[i]
-    ids = np.random.default_rng(7).integers(-1, 300, 512)
-    arr.take(ids)
-    torch.cuda.set_sync_debug_mode("error")  # any synchronising call in take raises
+    ids = np.random.default_rng(7).integers(-1, 300, 512)  # -1: an all-zero item (take_padded)
+    arr.take_padded(ids)
+    torch.cuda.set_sync_debug_mode("error")  # any synchronising call in the read raises
     try:
-        out = arr.take(ids)
+        out = arr.take_padded(ids)
+        last = arr.take(np.array([-1, 0]))  # take: -1 counts from the end, as numpy's
     finally:
         torch.cuda.set_sync_debug_mode("default")
     want = np.where((ids >= 0)[:, None, None], model[ids], 0)
     assert out.device.type == "cuda" and np.array_equal(out.cpu().numpy(), want)
+    assert arr._heap.spills > 0, "the budget spills segments: reads take records from host RAM too"
+    assert np.array_equal(last.cpu().numpy(), model[[299, 0]])
 
 
 # -- the benchmark scripts (real Atari frames) ------------------------------------------------------------
