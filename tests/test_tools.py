@@ -201,3 +201,15 @@ def test_export_errors(store_path, tmp_path, capsys):
     odd = save_store(tmp_path / "odd.h5", np.zeros((3, 5, 6, 7, 8), np.uint8))
     assert export.main([str(odd), "--out", str(tmp_path)]) == 1
     assert "--layout" in capsys.readouterr().err
+
+
+def test_bench_priority_device_runs_and_writes_its_table(tmp_path):
+    """The GPU priority-index benchmark on a machine without one: the host index and the device
+    index on the cpu, every step timed, a JSON and a Markdown table written."""
+    out = tmp_path / "pd.json"
+    res = run_tool("bench_priority_device", "--capacities", "5000", "--reps", "10", "--out", out)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["capacity"] == 5000
+    assert all(row[f"{arm}_ms_{k}"] > 0 for arm in ("host", "torch_cpu") for k in (32, 256))
+    assert "| capacity | host_ms_32 |" in out.with_suffix(".md").read_text()
