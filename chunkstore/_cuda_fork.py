@@ -57,5 +57,7 @@ def check_process(name: str, device: Any, pid: int | None) -> None:
 
 
 def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork: that thread is gone here
     for store in list(_stores):
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(store))  # never released: no CUDA call at exit

@@ -134,13 +134,14 @@ CUDA_SCRIPT = textwrap.dedent("""
         buf.add(o, o, np.array([t % 3]), np.array([1.0]), np.array([0.0]), [{}])
     buf.sample(32)  # events recorded, pinned buffers used
     tier = DeviceTier("cuda")
-    tier.get(tier.put(b"abc"))
+    ref = tier.put(b"abc")
+    tier.get(ref)
 
     def child(_=None):
         said = []
         new = rng.integers(0, 255, (1, 4, 24, 24), dtype=np.uint8)  # a new frame: the add writes one
         for name, call in (("sample", lambda: buf.sample(8)), ("add", lambda: buf.add(new, new, np.array([0]),
-                           np.array([0.0]), np.array([0.0]), [{}]))):
+                           np.array([0.0]), np.array([0.0]), [{}])), ("tier", lambda: tier.get(ref))):
             try:
                 call()
                 said.append(name + ":no error")
@@ -173,7 +174,7 @@ def test_a_forked_child_of_a_cuda_buffer_gets_a_named_error_and_exits_cleanly(ho
     sample(), and at a normal exit, in CUDA calls from destructors (events, pinned and device memory)."""
     done = subprocess.run([sys.executable, "-c", CUDA_SCRIPT, how], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
-    assert "CHILD sample:named add:named STATUS 0" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "CHILD sample:named add:named tier:named STATUS 0" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert "PARENT True" in done.stdout
 
 
@@ -202,7 +203,10 @@ def test_a_store_inherited_by_a_forked_child_refuses_its_operations_and_keeps_it
     tier = DeviceTier("cpu")
     ref = tier.put(b"abc")
     tier._pid = os.getpid() + 1
+    for call in (lambda: tier.get(ref), lambda: tier.peek(ref), lambda: tier.get_tensor(ref),
+                 lambda: tier.put(b"d"), lambda: tier.put_many(np.zeros(2, np.uint8), np.array([1, 1]))):
+        with pytest.raises(RuntimeError, match=r"DeviceTier\('cpu'\): .*CUDA does not survive fork\(\)"):
+            call()
     tier.close()
     tier._pid = None
     assert tier.closed and tier._segments, "the child's close keeps the segments"
-    del ref

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 
-def _arms(capacity: int) -> dict[str, Any]:
+def _arms(capacity: int, encode_free: bool = False) -> dict[str, Any]:
     from gymnasium import spaces
     from stable_baselines3.common.buffers import ReplayBuffer
 
@@ -43,6 +43,8 @@ def _arms(capacity: int) -> dict[str, Any]:
         "SB3 opt=True": ReplayBuffer(capacity, obs_space, act_space, "cpu", optimize_memory_usage=True,
                                      handle_timeout_termination=False),
         "ours (default)": CompressedReplayBuffer(capacity, obs_space, act_space, "cpu"),
+        **({"ours, encode free (diagnostic)": CompressedReplayBuffer(capacity, obs_space, act_space, "cpu")}
+           if encode_free else {}),
     }
 
 
@@ -86,10 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
     th.set_num_threads(1)
     tr = collect_stacked(args.game, args.steps, n_envs=1, seed=0)
-    arms = _arms(args.capacity)
+    arms = _arms(args.capacity, args.encode_free)
     cursor = dict.fromkeys(arms, 0)
-    if args.encode_free:
-        arms["ours, encode free (diagnostic)"] = _arms(args.capacity)["ours (default)"]
     for name, buf in arms.items():  # warm-up: fill once, so every arm is timed at steady state
         _adds(buf, tr, 0, args.capacity + 1)
         cursor[name] = args.capacity + 1

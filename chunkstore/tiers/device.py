@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore._cuda_fork import forked_from, note_cuda_store
+from chunkstore._cuda_fork import check_process, forked_from, note_cuda_store
 from chunkstore.errors import MissingBackendError
 from chunkstore.tiers._base import ChunkRef
 from chunkstore.tiers._segments import (
@@ -86,6 +86,14 @@ class DeviceTier(SegmentedTier):
             return
         super().close()
 
+    def put(self, data: Any) -> ChunkRef:
+        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+        return super().put(data)
+
+    def put_many(self, data: Any, sizes: Any) -> np.ndarray:
+        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+        return super().put_many(data, sizes)
+
     def _settings(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (str(self.device),), {"segment_bytes": self.segment_bytes, "max_bytes": self.max_bytes}
 
@@ -97,17 +105,20 @@ class DeviceTier(SegmentedTier):
         return 0 if self._staging is None else int(self._staging.numel())
 
     def get(self, ref: ChunkRef) -> np.ndarray:
+        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
         view = super().get(ref)
         if self._on_cpu:
             return view
         return view.cpu().numpy()  # device -> host outside the tier lock
 
     def peek(self, ref: ChunkRef) -> np.ndarray:
+        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
         view = super().peek(ref)
         return view if self._on_cpu else view.cpu().numpy()
 
     def get_tensor(self, ref: ChunkRef) -> Any:
         """The chunk as a uint8 tensor slice on the tier's device (no copy)."""
+        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
         with self._lock:
             seg = self._live_segment(ref)
             return seg.data[ref[1]:ref[1] + ref[2]]
