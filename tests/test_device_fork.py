@@ -6,6 +6,10 @@ survive ``fork()`` (see :mod:`chunkstore.device._fork`). Here the parent keeps t
 two threads and runs a large decode; each child (``os.fork``, a fork ``Process``, a fork
 ``Pool``) samples, adds, samples again, and its results must equal what SB3's buffer gives
 for the same seeds and adds. Every wait is bounded: a hang shows as ``CHILD_HANG``.
+
+On CUDA (where a GPU is present) such a child cannot use the device at all: it must get a
+``RuntimeError`` naming the buffer and the cure, and exit normally, where it used to abort
+(see :mod:`chunkstore._cuda_fork`); the guard's logic is also checked on the cpu.
 """
 
 from __future__ import annotations
