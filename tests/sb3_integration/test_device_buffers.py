@@ -58,10 +58,11 @@ def replay_trio(kind: str, size: int, space: spaces.Space, **kw):
             our_cls(size, space, ACT, "cpu", buffer_device="cpu", **kw, **ours_kw))
 
 
-def stacked(T: int, n_envs: int, channels_last: bool, ep_len: int, seed: int):
-    """Frame-stacked transitions (zero padding after episode starts), with dones and truncations."""
+def stacked(T: int, n_envs: int, channels_last: bool, ep_len: int, seed: int, frame: tuple[int, ...] | None = None):
+    """Frame-stacked transitions (zero padding after episode starts), with dones and truncations;
+    frames of ``frame`` shape (default 6 x 5, one channel first or last)."""
     rng = np.random.default_rng(seed)
-    frame = (6, 5, 1) if channels_last else (1, 6, 5)
+    frame = frame or ((6, 5, 1) if channels_last else (1, 6, 5))
     for t, (obs, nxt) in enumerate(frame_stack_stream(T, n_envs, frame=frame, channels_last=channels_last,
                                                       ep_len=ep_len, seed=seed)):
         done = (t + 1 + np.arange(n_envs)) % ep_len == 0

@@ -389,17 +389,10 @@ def _same_samples(ref, ours, seeds=4, batch=64):
         assert_samples_equal(ref, ours, batch, seed)
 
 
-def _fill(bufs, steps, frame, dict_obs=False, seed=0):
-    rng = np.random.default_rng(seed)
-    for obs, nxt in frame_stack_stream(steps, 2, frame=frame, seed=seed):
-        act, rew = rng.integers(0, 3, (2, 1)), rng.normal(size=2).astype(np.float32)
-        done = (rng.random(2) < 0.05).astype(np.float32)
-        infos = [{"TimeLimit.truncated": bool(rng.random() < 0.3)} for _ in range(2)]
-        if dict_obs:
-            vec = rng.normal(size=(2, 3)).astype(np.float32)
-            obs, nxt = {"img": obs, "vec": vec}, {"img": nxt, "vec": vec + 1}
+def _fill(bufs, transitions):
+    for tr in transitions:
         for b in bufs:
-            b.add(obs, nxt, act, rew, done, infos)
+            b.add(*tr)
 
 
 @cuda
@@ -410,7 +403,7 @@ def test_cuda_buffer_equals_sb3_with_segments_spilled_to_host_ram(heap_bytes):
     space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
     ref = ReplayBuffer(600, space, ACT, "cpu", n_envs=2)
     ours = CompressedReplayBuffer(600, space, ACT, "cuda", n_envs=2, buffer_device="cuda", heap_bytes=heap_bytes)
-    _fill([ref, ours], 1500, (1, 84, 84))
+    _fill([ref, ours], stacked(1500, 2, False, 11, 0, frame=(1, 84, 84)))
     heap = ours.frame_stores[None].frames._heap
     assert (heap.spills > 0) == (heap_bytes == 2 << 20)
     _same_samples(ref, ours)
@@ -425,16 +418,16 @@ def test_cuda_n_step_dict_saved_loaded_and_pickled_equal_sb3(tmp_path):
     space = spaces.Box(0, 255, (4, 12, 10), np.uint8)
     ref = NStepReplayBuffer(300, space, ACT, "cpu", n_envs=2, n_steps=3, gamma=0.9)
     ours = CompressedNStepReplayBuffer(300, space, ACT, "cuda", n_envs=2, n_steps=3, gamma=0.9, buffer_device="cuda")
-    _fill([ref, ours], 500, (1, 12, 10))
+    _fill([ref, ours], stacked(500, 2, False, 11, 0, frame=(1, 12, 10)))
     _same_samples(ref, ours)
     dspace = spaces.Dict({"img": space, "vec": spaces.Box(-np.inf, np.inf, (3,), np.float32)})
     dref = DictReplayBuffer(300, dspace, ACT, "cpu", n_envs=2)
     dours = CompressedDictReplayBuffer(300, dspace, ACT, "cuda", n_envs=2, buffer_device="cuda")
-    _fill([dref, dours], 500, (1, 12, 10), dict_obs=True)
+    _fill([dref, dours], random_transitions(dspace, ACT, 500, 2, seed=1))
     _same_samples(dref, dours)
     ref = ReplayBuffer(300, space, ACT, "cpu", n_envs=2)
     ours = CompressedReplayBuffer(300, space, ACT, "cuda", n_envs=2, buffer_device="cuda")
-    _fill([ref, ours], 450, (1, 12, 10), seed=3)
+    _fill([ref, ours], stacked(450, 2, False, 11, 3, frame=(1, 12, 10)))
     ours.save(tmp_path / "b.h5")
     back = CompressedReplayBuffer.load(tmp_path / "b.h5", device="cuda", buffer_device="cuda")
     assert back.sample(4).observations.is_cuda
