@@ -80,6 +80,11 @@ class DeviceTier(SegmentedTier):
         # a forked child must not touch the CUDA objects made here (chunkstore._cuda_fork)
         self._pid = note_cuda_store(self) if self.device.type == "cuda" else None
 
+    def _check_process(self) -> None:
+        """A forked child's copy of a CUDA tier refuses by name (the name is made only then: get is hot)."""
+        if self._pid is not None:
+            check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+
     def close(self) -> None:
         if forked_from(self._pid):  # the parent's CUDA memory: releasing it here would call into CUDA
             self._closed = True
@@ -87,11 +92,11 @@ class DeviceTier(SegmentedTier):
         super().close()
 
     def put(self, data: Any) -> ChunkRef:
-        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+        self._check_process()
         return super().put(data)
 
     def put_many(self, data: Any, sizes: Any) -> np.ndarray:
-        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+        self._check_process()
         return super().put_many(data, sizes)
 
     def _settings(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -105,20 +110,20 @@ class DeviceTier(SegmentedTier):
         return 0 if self._staging is None else int(self._staging.numel())
 
     def get(self, ref: ChunkRef) -> np.ndarray:
-        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+        self._check_process()
         view = super().get(ref)
         if self._on_cpu:
             return view
         return view.cpu().numpy()  # device -> host outside the tier lock
 
     def peek(self, ref: ChunkRef) -> np.ndarray:
-        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+        self._check_process()
         view = super().peek(ref)
         return view if self._on_cpu else view.cpu().numpy()
 
     def get_tensor(self, ref: ChunkRef) -> Any:
         """The chunk as a uint8 tensor slice on the tier's device (no copy)."""
-        check_process(f"DeviceTier({str(self.device)!r})", self.device, self._pid)
+        self._check_process()
         with self._lock:
             seg = self._live_segment(ref)
             return seg.data[ref[1]:ref[1] + ref[2]]
