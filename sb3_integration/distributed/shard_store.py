@@ -165,9 +165,21 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
     --------
     A writer (:class:`~sb3_integration.distributed.writer.ChunkWriter`) makes the messages:
 
+    >>> from chunkstore import get_codec
+    >>> from sb3_integration.distributed.writer import ChunkWriter
+    >>> writer = ChunkWriter(0, (4, 8, 8), np.uint8, (1,), np.int64, codec=get_codec("zstd3"))
+    >>> frames = np.random.default_rng(0).integers(0, 255, (24, 8, 8), dtype=np.uint8)
+    >>> for t in range(20):
+    ...     writer.add(frames[None, t:t + 4], frames[None, t + 1:t + 5], np.array([[1]]),
+    ...                np.array([1.0]), np.array([False]), [{}])
     >>> store = ShardStore(StoreSpec(100, (4, 8, 8), "uint8", (1,), "int64"), get_codec("zstd3"), 0)
-    >>> for msg in writer.drain(): store.insert(msg)                  # doctest: +SKIP
-    >>> reply = store.sample(32, np.random.default_rng(0), decode=True)  # doctest: +SKIP
+    >>> store.insert(writer.drain())        # the writer's one message
+    1
+    >>> store.size()
+    20
+    >>> reply = store.sample(8, np.random.default_rng(0), decode=True)
+    >>> reply.obs.shape                     # decoded on the shard: raw stacks
+    (8, 4, 8, 8)
     """
 
     def __init__(self, spec: StoreSpec, codec: Codec, codec_version: int, *, name: str = "shard") -> None:

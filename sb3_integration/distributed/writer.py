@@ -68,9 +68,15 @@ class ChunkWriter:
 
     Examples
     --------
-    >>> w = ChunkWriter(0, (4, 84, 84), np.uint8, (1,), np.int64, codec=get_codec("zstd3"))  # doctest: +SKIP
-    >>> w.add(obs, next_obs, action, reward, done, infos)                              # doctest: +SKIP
-    >>> msg = w.drain()          # an InsertMessage for a ShardStore                   # doctest: +SKIP
+    >>> from chunkstore import get_codec
+    >>> w = ChunkWriter(0, (4, 8, 8), np.uint8, (1,), np.int64, codec=get_codec("zstd3"))
+    >>> frames = np.random.default_rng(0).integers(0, 255, (24, 8, 8), dtype=np.uint8)
+    >>> for t in range(20):     # SB3's add(): stacks of 4 frames, one env
+    ...     w.add(frames[None, t:t + 4], frames[None, t + 1:t + 5], np.array([[1]]),
+    ...           np.array([1.0]), np.array([False]), [{}])
+    >>> msg = w.drain()         # an InsertMessage for a ShardStore
+    >>> type(msg).__name__
+    'InsertMessage'
     """
 
     def __init__(self, writer_id: int, obs_shape: tuple[int, ...], obs_dtype: Any,

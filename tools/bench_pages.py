@@ -1,0 +1,210 @@
+"""Write the manual's benchmark pages (docs/benchmarks/) from the measurements in results/.
+
+    python tools/bench_pages.py            # rewrites docs/benchmarks/
+    python tools/bench_pages.py --check    # exit 1 if docs/benchmarks/ differs from what results/ gives
+
+One page per ``results/<name>.json``: the command, machine and date the JSON records (or "not
+recorded" where it holds none: nothing is guessed), the library versions it lists, then the tables
+the benchmark wrote beside it (``results/<name>.md``) or, where it wrote none, the JSON's own rows.
+A figure ``results/<name>.png`` is copied beside the page. So no figure of the manual's benchmark
+pages is typed by hand: rerun a benchmark, then this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+OUT = ROOT / "docs" / "benchmarks"
+NOT_RECORDED = "not recorded"
+# keys that describe the run rather than hold its results
+META_KEYS = {"env", "args", "config", "what", "command", "machine", "when", "gpu", "torch"}
+JSON_LINES_MAX = 300  # a JSON shown whole is cut here (the file in results/ has the rest)
+
+
+def _command(data: dict[str, Any]) -> str:
+    env = data.get("env")
+    if isinstance(env, dict) and env.get("argv"):
+        argv = [str(a) for a in env["argv"]]
+        if argv[0].endswith(".py"):
+            argv[0] = Path(argv[0]).as_posix().split("/chunkstore/")[-1]
+            argv = ["python", *argv]
+        return " ".join(argv)
+    if isinstance(data.get("command"), str):
+        return data["command"]
+    return NOT_RECORDED
+
+
+def _machine(data: dict[str, Any]) -> str:
+    env = data.get("env")
+    if isinstance(env, dict) and any(k in env for k in ("machine", "cpu_count", "python")):
+        parts = [str(env[k]) for k in ("machine",) if k in env]
+        if "cpu_count" in env:
+            parts.append(f"{env['cpu_count']} CPUs")
+        if "python" in env:
+            parts.append(f"Python {env['python']}")
+        load = env.get("loadavg_at_start")
+        if isinstance(load, list) and load:
+            parts.append(f"load average {float(load[0]):.2f} at the start")
+        return ", ".join(parts)
+    found = [str(data[k]) for k in ("machine", "gpu") if isinstance(data.get(k), str)]
+    return "; ".join(found) if found else NOT_RECORDED
+
+
+def _date(data: dict[str, Any]) -> str:
+    env = data.get("env")
+    if isinstance(env, dict) and env.get("time"):
+        return str(env["time"])
+    if data.get("when"):
+        return str(data["when"])
+    return NOT_RECORDED
+
+
+def _versions(data: dict[str, Any]) -> str | None:
+    env = data.get("env")
+    versions = env.get("versions") if isinstance(env, dict) else None
+    if not isinstance(versions, dict) or not versions:
+        return None
+    return ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+def _cell(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> list[str]:
+    cols: list[str] = []
+    for row in rows:
+        cols += [k for k in row if k not in cols]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_cell(row.get(c, "")) for c in cols) + " |" for row in rows]
+    return lines
+
+
+def _json_body(data: Any) -> list[str]:
+    """The results of a JSON no Markdown table came with: flat rows as tables, the rest as JSON."""
+    if not isinstance(data, dict):
+        data = {"results": data}
+    out: list[str] = []
+    for key, value in data.items():
+        if key in META_KEYS:
+            continue
+        out += [f"### {key}", ""]
+        flat_rows = (isinstance(value, list) and value and all(isinstance(r, dict) for r in value)
+                     and all(not isinstance(v, (dict, list)) for r in value for v in r.values()))
+        if flat_rows:
+            out += _rows_table(value)
+        elif not isinstance(value, (dict, list)):
+            out.append(f"`{_cell(value)}`")
+        else:
+            text = json.dumps(value, indent=1).splitlines()
+            cut = len(text) > JSON_LINES_MAX
+            out += ["```json", *text[:JSON_LINES_MAX], "```"]
+            if cut:
+                out.append(f"(first {JSON_LINES_MAX} of {len(text)} lines; the rest is in the JSON file)")
+        out.append("")
+    return out
+
+
+def page(json_path: Path) -> tuple[str, dict[str, str]]:
+    """The Markdown page of one results JSON, and the facts the index lists."""
+    name = json_path.stem
+    data = json.loads(json_path.read_text())
+    meta = data if isinstance(data, dict) else {}
+    facts = {"command": _command(meta), "machine": _machine(meta), "date": _date(meta)}
+    lines = [f"# {name}", "",
+             f"Generated by `tools/bench_pages.py` from `results/{name}.json`; do not edit by hand.", "",
+             "| | |", "|---|---|",
+             f"| command | `{_cell(facts['command'])}` |" if facts["command"] != NOT_RECORDED
+             else f"| command | {NOT_RECORDED} |",
+             f"| machine | {_cell(facts['machine'])} |",
+             f"| date | {_cell(facts['date'])} |"]
+    versions = _versions(meta)
+    if versions:
+        lines.append(f"| versions | {_cell(versions)} |")
+    for key in ("what", "config", "args"):
+        if key in meta:
+            lines.append(f"| {key} | {_cell(meta[key])} |")
+    lines.append("")
+    if (RESULTS / f"{name}.png").exists():
+        lines += [f"![{name}](img/{name}.png)", ""]
+    table = RESULTS / f"{name}.md"
+    if table.exists():
+        lines += [f"The tables the benchmark wrote beside the JSON (`results/{name}.md`):", "",
+                  table.read_text().strip(), ""]
+    else:
+        lines += _json_body(data)
+    return "\n".join(lines).rstrip() + "\n", facts
+
+
+def index(entries: list[tuple[str, dict[str, str]]]) -> str:
+    lines = ["# Benchmark results", "",
+             "One page per measurement in `results/`, generated from its JSON by `tools/bench_pages.py`",
+             "(a test checks these pages are up to date). Each page says the command, machine and date",
+             "the JSON records, or \"not recorded\" where it holds none. Times on a shared VM vary",
+             "between runs: compare the ratios measured in one run, not absolute times across pages.",
+             "What the figures mean, and which settings they chose: [What the measurements say](../performance.md).",
+             "", "| result | date | machine |", "|---|---|---|"]
+    for name, facts in entries:
+        lines.append(f"| [{name}]({name}.md) | {_cell(facts['date'])} | {_cell(facts['machine'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def expected() -> dict[str, bytes]:
+    """Every file docs/benchmarks/ should hold, by path relative to it."""
+    files: dict[str, bytes] = {}
+    entries = []
+    for json_path in sorted(RESULTS.glob("*.json")):
+        text, facts = page(json_path)
+        files[f"{json_path.stem}.md"] = text.encode()
+        entries.append((json_path.stem, facts))
+        png = RESULTS / f"{json_path.stem}.png"
+        if png.exists():
+            files[f"img/{png.name}"] = png.read_bytes()
+    # figures the guides show (results/*.png without a JSON of their own are none today)
+    for png in sorted(RESULTS.glob("*.png")):
+        files.setdefault(f"img/{png.name}", png.read_bytes())
+    files["index.md"] = index(entries).encode()
+    return files
+
+
+def differences(files: dict[str, bytes]) -> list[str]:
+    on_disk = {p.relative_to(OUT).as_posix() for p in OUT.rglob("*") if p.is_file()} if OUT.exists() else set()
+    stale = [f"{p}: missing or different" for p in sorted(files)
+             if not (OUT / p).is_file() or (OUT / p).read_bytes() != files[p]]
+    stale += [f"{p}: no result makes it" for p in sorted(on_disk - set(files))]
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with docs/benchmarks/ instead of writing")
+    args = parser.parse_args(argv)
+    files = expected()
+    if args.check:
+        stale = differences(files)
+        for line in stale:
+            print(f"docs/benchmarks/{line}")
+        print("docs/benchmarks is up to date" if not stale else "docs/benchmarks is stale: python tools/bench_pages.py")
+        return 1 if stale else 0
+    for rel in differences(files):
+        path = rel.split(":")[0]
+        if rel.endswith("no result makes it"):
+            (OUT / path).unlink()
+    for rel, content in files.items():
+        target = OUT / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_bytes() != content:
+            target.write_bytes(content)
+    print(f"wrote {len(files)} files under docs/benchmarks/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
