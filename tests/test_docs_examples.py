@@ -2,7 +2,7 @@
 
 The blocks of one page run in order in one namespace (a page's later blocks build on its first), in
 a fresh working directory. A block whose first line is ``# needs: <what>`` (atari, ray, minari,
-cuda) needs an extra or a device: it runs only in the slow suite, where the page's blocks all run in
+sb3eb, cuda) needs an extra or a device: it runs only in the slow suite, where the page's blocks all run in
 order, and is skipped there when what it needs is not installed. Pages a script writes
 (docs/errors.md, docs/benchmarks/) and the API reference (mkdocstrings directives) hold no blocks
 of their own. Shell blocks are commands (make, pip, the console tools) and are not run here: the
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ("docs/errors.md", "docs/benchmarks/", "docs/reference/")
 NEEDS = re.compile(r"^# needs: ([\w, -]+)$")
 # what a `# needs:` line may name, and the module (or check) that says it is here
-PROVIDERS = {"atari": "ale_py", "ray": "ray", "minari": "minari", "cuda": None}
+PROVIDERS = {"atari": "ale_py", "ray": "ray", "minari": "minari", "sb3eb": "sb3_extra_buffers", "cuda": None}
 
 
 def pages() -> list[Path]:
@@ -56,6 +56,7 @@ def missing(needs: set[str]) -> list[str]:
 def run_page(page: Path, *, with_needs: bool, tmp_path: Path, monkeypatch) -> int:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))  # a clone's tools (docs/guide/offline.md's dopamine_ckpt)
     namespace: dict = {"__name__": "__main__"}
     ran = 0
     for i, (code, needs) in enumerate(blocks(page)):
