@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,16 +60,22 @@ def run_page(page: Path, *, with_needs: bool, tmp_path: Path, monkeypatch) -> in
     monkeypatch.syspath_prepend(str(ROOT / "tools"))  # a clone's tools (docs/guide/offline.md's dopamine_ckpt)
     namespace: dict = {"__name__": "__main__"}
     ran = 0
-    for i, (code, needs) in enumerate(blocks(page)):
-        if needs and not with_needs:
-            continue
-        if needs and missing(needs):
-            pytest.skip(f"{page.name} block {i} needs {missing(needs)}")
-        try:
-            exec(compile(code, f"{page.relative_to(ROOT)}[block {i}]", "exec"), namespace)
-        except Exception as e:
-            raise AssertionError(f"{page.relative_to(ROOT)}, python block {i} failed:\n{code}") from e
-        ran += 1
+    try:
+        for i, (code, needs) in enumerate(blocks(page)):
+            if needs and not with_needs:
+                continue
+            if needs and missing(needs):
+                pytest.skip(f"{page.name} block {i} needs {missing(needs)}")
+            try:
+                exec(compile(code, f"{page.relative_to(ROOT)}[block {i}]", "exec"), namespace)
+            except Exception as e:
+                raise AssertionError(f"{page.relative_to(ROOT)}, python block {i} failed:\n{code}") from e
+            ran += 1
+    finally:
+        # a page is a program of its own: the Ray it started ends with it, as at a program's exit
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
     return ran
 
 
