@@ -127,3 +127,11 @@ def test_the_manual_builds_strictly_and_renders_in_chromium(tmp_path):
     assert "<h1" in home and "Replay storage for reinforcement learning" in home
     assert 'id="sb3_integration.CompressedReplayBuffer"' in api     # mkdocstrings rendered the class
     assert "sample" in api and "Parameters" in api
+
+
+def test_the_reference_shows_sphinx_roles_as_code():
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    import sphinx_roles
+    assert sphinx_roles.plain("a :class:`~chunkstore.Tier` or :meth:`save`") == "a `Tier` or `save`"
+    assert sphinx_roles.plain(":mod:`sb3_integration.interop`, :func:`x <chunkstore.get_codec>`") == \
+        "`sb3_integration.interop`, x (`chunkstore.get_codec`)"
