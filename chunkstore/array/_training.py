@@ -18,7 +18,7 @@ dictionary is trained, never how a stored chunk decodes.
 
 The threshold: ``tools/bench_dict_threshold.py`` (``results/bench_dict_threshold.json``)
 trains on the first 1 to 16 MiB of real Atari frames and compresses the frames after
-them; see the README's section on the Ray service for the figures.
+them; see the manual's Ray service page (docs/guide/ray.md) for the figures.
 """
 
 from __future__ import annotations

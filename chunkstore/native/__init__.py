@@ -49,7 +49,7 @@ __all__ = [
 
 #: one more thread joins a read per this many items: a statically split small read did not
 #: gain from a second thread (measured: results/bench_sampling_run1.md against
-#: results/bench_sampling.md, and the README's "Threads")
+#: results/bench_sampling.md, and the manual's "Threads" (docs/performance.md))
 PARALLEL_MIN_ITEMS = 512
 #: a read of this many items or more shares its chunks with one helper thread (the helper takes
 #: chunks one at a time while the caller does too, so a helper that starts late costs nothing)

@@ -41,7 +41,7 @@ __all__ = [
     "parse_store_options",
 ]
 
-#: the store defaults, shared with the core (chosen by measurement; see the README):
+#: the store defaults, shared with the core (chosen by measurement; see docs/performance.md):
 #: codec name in sb3-extra-buffers' grammar (note that "zstd-3" means zstd level -3
 #: there) -- zstd with a dictionary trained on the buffer's first frames -- and frames
 #: per chunk. Small chunks keep a random read cheap; the dictionary keeps them small.
@@ -51,7 +51,7 @@ DEFAULT_CACHE_BYTES = CORE_CACHE_BYTES
 
 #: named store settings for a buffer's ``preset=`` argument. "fast" is the default;
 #: "compact" trades sampling speed for memory (longer chunks compress better but a
-#: random read decodes more); measured figures are in the README.
+#: random read decodes more); measured figures are in docs/performance.md.
 PRESETS: dict[str, dict[str, Any]] = {
     "fast": {"chunk_len": DEFAULT_CHUNK_LEN, "compression_method": DEFAULT_COMPRESSION},
     "compact": {"chunk_len": 32, "compression_method": "zstd3+dict"},

@@ -25,7 +25,7 @@ of them with its rate-limiter permit; a store used alone stamps rows itself). Th
 ``horizon`` is the highest stamp the store has heard of (from its messages and from
 :meth:`ShardStore.advance`); rows stamped below ``horizon - capacity`` leave from the
 front of the ring. Together the shards keep the newest ``capacity`` transitions of the
-service, up to what a shard has not heard of yet (see the README's eviction rule).
+service, up to what a shard has not heard of yet (see the eviction rule in docs/guide/ray.md).
 
 Weight. :meth:`ShardStore.weight` is the shard's sampling mass: its transition count
 under uniform sampling, the sum of its priority masses when the spec has ``priority_alpha``

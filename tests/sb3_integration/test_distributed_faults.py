@@ -284,7 +284,7 @@ def test_writers_spread_unevenly_keep_what_one_buffer_keeps():
         for i in svc.info():
             held.update(i["held"])
         per_writer = [held[w.writer_id] for w in ws]
-        tol = capacity // 64 + 3 * flush  # the README's rule: a telling interval and a message per writer
+        tol = capacity // 64 + 3 * flush  # docs/guide/ray.md's rule: a telling interval and a message per writer
         assert abs(sum(per_writer) - capacity) <= tol, per_writer
         for n in per_writer:  # split capacity kept 600 / 1200 / 600 here
             assert abs(n - capacity / 3) <= tol, per_writer

@@ -340,7 +340,7 @@ def test_shards_keep_what_one_buffer_of_capacity_keeps(capacity, placement, step
         assert value == by_stamp[stamp]  # bit for bit, the transition of that stamp
     assert newest <= set(held)  # everything one buffer keeps is kept ...
     # ... and at most what a shard had not heard of yet: the stamps handed out since the last
-    # telling and its own last message (the README's tolerance: capacity / 64 + a message)
+    # telling and its own last message (docs/guide/ray.md's tolerance: capacity / 64 + a message)
     slack = max(0, total - capacity) - min(held, default=total)
     assert slack <= tell_every + largest
 

@@ -322,7 +322,7 @@ def test_resume_with_other_arguments_refused(tmp_path, breakout_run):
 
 def test_resume_takes_the_finishing_runs_gamma(tmp_path, breakout_run):
     """gamma decides only the join, not the parts: a resumed import with another gamma is not
-    refused, and the joined file holds the finishing run's gamma (README, Offline data)."""
+    refused, and the joined file holds the finishing run's gamma (docs/guide/offline.md)."""
     src, _ = _ckpt_dir(tmp_path, breakout_run)
     out = tmp_path / "o.h5"
     import_dqn_replay(src, out, gamma=0.99, progress=False, keep_parts=True)
