@@ -13,9 +13,8 @@ save, load, sample the same), and each console tool answers ``--help`` and does 
 saved file. (``test_packaging`` checks the name and the scripts in pyproject.toml.)
 
 About 45 s of CPU; wall time follows the machine's load (66 s at load average 4, 140 s at 8 on
-a 2-core VM). Some 20 s of CPU
-is numba compiling the native kernels in the new venv, once, as on a user's first run (they
-cache next to the installed modules; the later commands load them).
+a 2-core VM). Some 20 s of CPU is numba compiling the native kernels in the new venv, once, as
+on a user's first run (they cache next to the installed modules; the later commands load them).
 """
 
 from __future__ import annotations
