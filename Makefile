@@ -16,8 +16,11 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# The distribution was named chunkstore until 0.2 (a PyPI name another project holds); a venv made
+# then still has it beside chunkstore-rl, both claiming the same packages: it goes first.
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip uninstall -q -y chunkstore 2>/dev/null || true
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 

@@ -65,7 +65,7 @@ def one_import_line(args: argparse.Namespace) -> None:
 
 def convert_a_pickle(args: argparse.Namespace) -> None:
     if importlib.util.find_spec("sb3_extra_buffers") is None:
-        print("2. skipped: sb3-extra-buffers is not installed (pip install 'chunkstore[sb3eb]')")
+        print("2. skipped: sb3-extra-buffers is not installed (pip install 'chunkstore-rl[sb3eb]')")
         return
     from sb3_extra_buffers.compressed import CompressedReplayBuffer as TheirBuffer
 

@@ -1,4 +1,4 @@
-"""tools/inspect_store.py, tools/verify.py, tools/export.py: run as a user runs them."""
+"""tools/inspect_store.py, tools/verify.py, tools/export.py, tools/import_dqn_replay.py: run as a user runs them."""
 
 from __future__ import annotations
 
@@ -63,10 +63,10 @@ def store_path(tmp_path) -> Path:
 
 
 # -- every tool answers --help, and none breaks `import inspect` -----------------------------
-@pytest.mark.parametrize("tool", ["inspect_store", "verify", "export"])
+@pytest.mark.parametrize("tool", ["inspect_store", "verify", "export", "import_dqn_replay"])
 def test_help(tool):
     out = run_tool(tool, "--help")
-    assert out.returncode == 0 and "usage:" in out.stdout, out.stderr
+    assert out.returncode == 0 and out.stdout.startswith(f"usage: {tool}.py "), out.stderr
 
 
 def test_tools_dir_on_sys_path_keeps_the_stdlib_inspect():

@@ -4,7 +4,9 @@
 * ``verify.py`` says what it checked; ``inspect_store.py`` speaks in transitions and
   frames and can plot chunk sizes; ``export.py`` works on a buffer file with no flags,
   rebuilds observation stacks exactly, refuses ranges beyond what was written, warns
-  about nothing and says so when Pillow is missing.
+  about nothing and says so when Pillow is missing;
+* the ``tools/`` scripts run the installed commands' code (``sb3_integration.cli``), which
+  ``python -m sb3_integration.cli TOOL`` runs too.
 """
 
 from __future__ import annotations
@@ -145,6 +147,39 @@ def test_verify_says_what_it_checked(tmp_path):
     assert "14 extra descriptions" in text
     old = run_tool("verify", FIXTURES / "replay_default.h5")
     assert old.returncode == 0 and "format 1 files have only chunk and extra CRC32s" in old.stdout
+
+
+# -- the package's commands and the tools/ scripts --------------------------------------------------
+@pytest.mark.parametrize("script, module", [("inspect_store", "inspect_store"), ("verify", "verify"),
+                                            ("export", "export"), ("import_dqn_replay", "import_dqn")])
+def test_the_tools_scripts_run_the_packages_main(script, module):
+    import importlib
+
+    spec = importlib.util.spec_from_file_location(f"chunkstore_cli_{script}", TOOLS / f"{script}.py")
+    wrapper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wrapper)
+    assert wrapper.main is importlib.import_module(f"sb3_integration.cli.{module}").main
+
+
+def test_python_m_sb3_integration_cli(buffer_path, capsys):
+    from sb3_integration.cli.__main__ import main
+
+    assert main(["verify", "--no-progress", "-q", str(buffer_path)]) == 0
+    assert capsys.readouterr().out.startswith(f"OK {buffer_path} (")
+    assert main(["chunkstore-inspect", str(buffer_path)]) == 0  # the command's own name works too
+    assert "replay buffer (CompressedReplayBuffer): 60 of 80 transitions live" in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert capsys.readouterr().out.strip() == ("usage: python -m sb3_integration.cli "
+                                               "{inspect,verify,export,import-dqn} [ARGS ...]")
+    assert main([]) == 2 and "usage:" in capsys.readouterr().err
+    assert main(["nope"]) == 2 and "unknown tool 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse's --help names the command as it was run
+        main(["export", "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m sb3_integration.cli export ")
+    out = subprocess.run([sys.executable, "-m", "sb3_integration.cli", "verify", "-q", "--no-progress",
+                          str(buffer_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith(f"OK {buffer_path} ("), out.stderr
 
 
 # -- inspect_store ---------------------------------------------------------------------------------
@@ -294,4 +329,4 @@ def test_export_without_pillow_says_so(buffer_path, tmp_path):
     out = run_tool("export", buffer_path, "--out", tmp_path, env=blocked(tmp_path, "PIL"))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip() == ("export: writing images needs Pillow: pip install pillow "
-                                  "(or pip install 'chunkstore[bench]')")
+                                  "(or pip install 'chunkstore-rl[tools]')")

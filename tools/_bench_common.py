@@ -257,11 +257,15 @@ def env_info() -> dict[str, Any]:
 
     versions = {}
     for dist in ("numpy", "zstandard", "lz4", "blosc2", "stable_baselines3", "sb3-extra-buffers",
-                 "torch", "ale-py", "chunkstore"):
+                 "torch", "ale-py"):
         try:
             versions[dist] = md.version(dist)
         except md.PackageNotFoundError:
             versions[dist] = None
+    # the code that ran, whatever distribution (chunkstore-rl, or none in a clone) installed it
+    import chunkstore
+
+    versions["chunkstore"] = chunkstore.__version__
     try:
         load = os.getloadavg()
     except OSError:

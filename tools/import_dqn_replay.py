@@ -1,60 +1,12 @@
-"""Import a run of the DQN Replay Dataset (dopamine replay checkpoints) into one chunkstore file.
+"""``chunkstore-import-dqn`` in a clone: ``python tools/import_dqn_replay.py --help``; the code is :mod:`sb3_integration.cli.import_dqn`."""
 
-    python tools/import_dqn_replay.py dqn_replay/Pong/1 pong_run1.h5
-    python tools/import_dqn_replay.py replay_logs/ out.h5 --suffixes 0 1 2 --update-horizon 3
-
-``SRC`` is a directory of ``$store$_observation_ckpt.N.gz`` ... files, or its parent holding
-``replay_logs/``. Checkpoints are streamed one at a time with a progress bar; interrupted,
-the same command continues at the next checkpoint (finished ones wait in ``OUT.parts/``).
-Exit status: 0 written, 1 a checkpoint file is missing, damaged or truncated (the line names
-it), 2 bad arguments.
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
-import time
 from pathlib import Path
 
+# the clone's own packages first, whether or not a chunkstore-rl is installed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
-from sb3_integration.offline import CheckpointError, DQNReplayBuffer, import_dqn_replay
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("src")
-    ap.add_argument("out")
-    ap.add_argument("--suffixes", type=int, nargs="+", default=None,
-                    help="checkpoint numbers (default: all)")
-    ap.add_argument("--stack-size", type=int, default=4)
-    ap.add_argument("--update-horizon", type=int, default=1)
-    ap.add_argument("--gamma", type=float, default=0.99)
-    ap.add_argument("--chunk-len", type=int, default=DEFAULT_CHUNK_LEN)
-    ap.add_argument("--codec", default=DEFAULT_CODEC)
-    ap.add_argument("--keep-parts", action="store_true")
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    try:
-        out = import_dqn_replay(args.src, args.out, suffixes=args.suffixes, stack_size=args.stack_size,
-                                update_horizon=args.update_horizon, gamma=args.gamma,
-                                chunk_len=args.chunk_len, codec=args.codec, keep_parts=args.keep_parts)
-    except CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    with DQNReplayBuffer.load(out) as buf:
-        size = Path(out).stat().st_size
-        print(f"{out}: {buf.n_positions:,} positions from {len(buf.checkpoints['suffix'])} checkpoints, "
-              f"{buf.size():,} transitions dopamine samples, {size / 1e6:,.1f} MB "
-              f"({size / max(1, buf.n_positions):.0f} B per position), "
-              f"{time.perf_counter() - t0:.1f} s")
-    return 0
-
+from sb3_integration.cli.import_dqn import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="import_dqn_replay.py"))

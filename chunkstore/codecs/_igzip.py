@@ -18,7 +18,7 @@ def _isal_zlib() -> Any:
         from isal import isal_zlib
     except ImportError as e:
         raise MissingBackendError(
-            "the igzip codec needs python-isal: pip install 'chunkstore[isal]'"
+            "the igzip codec needs python-isal: pip install 'chunkstore-rl[isal]'"
         ) from e
     return isal_zlib
 

@@ -286,7 +286,7 @@ register_codec(ZstdCodec, levelled="zstd",
                forms=f"  zstd | zstd<L> | zstd/<L> | zstd-<N> | zstd/-<N>  (zstd-5 is level -5; {_span(ZstdCodec)}; 0 = 3)")
 register_codec(GzipCodec, levelled="gzip", forms=f"  gzip | gzip<L> | gzip/<L>  ({_span(GzipCodec)})")
 register_codec(IGzipCodec, levelled="igzip",
-               forms=f"  igzip | igzip<L> | igzip/<L>  ({_span(IGzipCodec)}; pip install 'chunkstore[isal]')")
+               forms=f"  igzip | igzip<L> | igzip/<L>  ({_span(IGzipCodec)}; pip install 'chunkstore-rl[isal]')")
 register_codec(LZ4FrameCodec, levelled="lz4-frame", forms=f"  lz4-frame | lz4-frame/<L>  ({_span(LZ4FrameCodec)})")
 register_codec(LZ4BlockCodec, levelled="lz4-block",
                forms=f"  lz4-block | lz4-block/<L>  (1..16 high compression, 0 default mode, "

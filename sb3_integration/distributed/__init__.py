@@ -19,7 +19,7 @@ as they are; learners sample uniformly over all shards through an SB3 buffer cla
 * :mod:`~sb3_integration.distributed.remote` -- calls to the actors: our errors as themselves, restarts retried
 * :mod:`~sb3_integration.distributed.options` -- options checked at the call
 
-Ray is imported only by the modules that need it (``pip install chunkstore[distributed]``).
+Ray is imported only by the modules that need it (``pip install 'chunkstore-rl[distributed]'``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ it (:func:`pickle_state` / :func:`unpickle_state`), and :func:`check_state`
 refuses one that does not fit a store, or is not consistent in itself (streams,
 descriptors and the last stack that disagree: see :func:`check_streams`), before
 anything is changed. Loading a file, unpickling and ``load_state_dict`` all install
-through it; ``tools/verify.py`` runs it on a saved buffer (:func:`check_own_state`).
+through it; ``chunkstore-verify`` (``tools/verify.py``) runs it on a saved buffer (:func:`check_own_state`).
 
 A state taken from a live store (``FrameStore.state_dict()``) is one moment of
 it: its small arrays are copies, and ``frames`` is a snapshot of the frame array

@@ -13,7 +13,7 @@ file holds, so an sb3-extra-buffers pickle would silently stay an
 sb3-extra-buffers buffer; this one converts it (and reads HDF5 files too).
 
 Reading an sb3-extra-buffers pickle needs sb3-extra-buffers installed
-(``pip install 'chunkstore[sb3eb]'``): the pickle refers to its classes.
+(``pip install 'chunkstore-rl[sb3eb]'``): the pickle refers to its classes.
 """
 
 from __future__ import annotations

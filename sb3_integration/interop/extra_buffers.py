@@ -121,7 +121,7 @@ def resolve_compression_method(method: str | Codec | None,
         fallback = name.replace("igzip", "gzip")
         get_codec(fallback)
         warnings.warn(f"compression_method {method!r}: python-isal is not installed, using {fallback!r} "
-                      "(the same DEFLATE data; pip install 'chunkstore[isal]' for igzip)",
+                      "(the same DEFLATE data; pip install 'chunkstore-rl[isal]' for igzip)",
                       CodecFallbackWarning, stacklevel=5)
         return fallback
     return name

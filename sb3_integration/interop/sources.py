@@ -20,7 +20,7 @@ from stable_baselines3.common.save_util import load_from_pkl
 
 __all__ = ["check_source", "convert_into", "is_sb3eb", "unpickle"]
 
-_EXTRA = "pip install 'chunkstore[sb3eb]'"
+_EXTRA = "pip install 'chunkstore-rl[sb3eb]'"
 
 
 def is_sb3eb(obj: Any) -> bool:

@@ -70,7 +70,7 @@ def register(namespace: Any = None, algos: Any = None) -> None:
     Raises
     ------
     ImportError
-        rl-zoo3 is not installed (``pip install 'chunkstore[zoo]'``).
+        rl-zoo3 is not installed (``pip install 'chunkstore-rl[zoo]'``).
     ValueError
         The namespace already binds one of the names, or ``algos`` one of the keys, to something else.
     """
@@ -78,7 +78,7 @@ def register(namespace: Any = None, algos: Any = None) -> None:
         try:
             import rl_zoo3.exp_manager as namespace
         except ImportError as e:
-            raise ImportError("sb3_integration.zoo is an rl-zoo3 plugin; pip install 'chunkstore[zoo]'") from e
+            raise ImportError("sb3_integration.zoo is an rl-zoo3 plugin; pip install 'chunkstore-rl[zoo]'") from e
     for name in NAMES:
         obj = getattr(sb3_integration, name)
         existing = getattr(namespace, name, obj)

@@ -42,7 +42,7 @@ def _minari() -> Any:
     try:
         import minari
     except ImportError as e:  # pragma: no cover - the offline extra installs it
-        raise ImportError('Minari is not installed: pip install "chunkstore[offline]"') from e
+        raise ImportError('Minari is not installed: pip install "chunkstore-rl[offline]"') from e
     return minari
 
 

@@ -221,7 +221,7 @@ def test_missing_isal_raises_missing_backend_error(monkeypatch):
         lambda: IGzipCodec(level=1),
         lambda: get_codec("xor+igzip"),
     ):
-        with pytest.raises(MissingBackendError, match=r"pip install 'chunkstore\[isal\]'") as info:
+        with pytest.raises(MissingBackendError, match=r"pip install 'chunkstore-rl\[isal\]'") as info:
             make()
         assert isinstance(info.value, ImportError)
     # The other codecs do not care.

@@ -141,7 +141,7 @@ def test_missing_sb3eb_is_named(tmp_path):
     data = pickle.dumps(sb3eb_buffer(IMAGE, 10, 1, 3)).replace(
         b"sb3_extra_buffers.compressed.compressed_replay", b"sb3_extra_buffers.compressed.compressed_gone__")  # same length
     (tmp_path / "old.pkl").write_bytes(data)
-    with pytest.raises(ImportError, match=r"pip install 'chunkstore\[sb3eb\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'chunkstore-rl\[sb3eb\]'"):
         from_sb3_extra_buffers(tmp_path / "old.pkl")
 
 

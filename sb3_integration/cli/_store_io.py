@@ -1,4 +1,4 @@
-"""What the tools share: exit codes and one-line errors, and reading saved replay buffers.
+"""What the console tools share: exit codes and one-line errors, and reading saved replay buffers.
 
 A saved replay buffer (``CompressedReplayBuffer.save``, attribute ``buffer_format``
 ``sb3_integration.replay_buffer``) keeps each observation key's distinct frames in
