@@ -212,9 +212,11 @@ def _import_one(c: Checkpoint, part: str, shared: Codec | None, codec: str | Cod
 
 
 def _read_column(c: Checkpoint, name: str) -> np.ndarray:
+    """Column ``name``'s first ``rows`` entries: its header must be ``(capacity,)``, the rest of
+    the stream is read in pieces and dropped (a column is never held at its declared size)."""
     from sb3_integration.offline._npy_stream import read_small_npy
 
-    return read_small_npy(c.path(name))
+    return read_small_npy(c.path(name), name, ndim=1, max_items=c.capacity, rows=c.rows)
 
 
 def _pad(a: np.ndarray, n: int) -> np.ndarray:
