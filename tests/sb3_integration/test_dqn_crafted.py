@@ -225,3 +225,23 @@ def test_crafted_file_is_a_checkpoint_error_in_bounded_memory(crafted_results, c
     assert "Traceback" not in got["stderr"]
     assert not got["out_exists"]
     assert not got["parts_exists"]  # a refused import leaves no OUT.parts (nor its manifest)
+
+
+def test_invalid_range_entries_outside_the_positions_match_nothing(tmp_path):
+    """dopamine tests ``index in set(invalid_range)``: ±1e12, 1e300 or 2.5 never match a position
+    (they used to be wrapped with np.mod: 1e12 + 5 made position 5 invalid)."""
+    from sb3_integration.offline import DQNReplayBuffer, import_dqn_replay
+
+    src = tmp_path / "src"
+    base_checkpoint(src)
+    a = import_dqn_replay(src, tmp_path / "a.h5", progress=False)
+    path = _path(src, "invalid_range")
+    with gzip.open(path, "rb") as f:
+        inv = np.load(f)
+    odd = [1e12, -1e12, 1e300, -1e300, 1e12 + 5, -1e12 + 7, 2.5, 64.0, -1.0]
+    with gzip.open(path, "wb") as f:
+        np.save(f, np.concatenate([inv.astype(np.float64), odd]))
+    b = import_dqn_replay(src, tmp_path / "b.h5", progress=False)
+    with DQNReplayBuffer.load(a) as x, DQNReplayBuffer.load(b) as y:
+        assert x.valid[5] and x.valid[7]  # the positions a wrapped entry would hit are valid ones
+        np.testing.assert_array_equal(x.valid, y.valid)
