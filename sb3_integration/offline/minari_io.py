@@ -235,11 +235,28 @@ class MinariStore:
         return fill_replay_buffer(self, buffer_size, n_stack, device, buffer_kwargs)
 
 
+def _dataset_files(dataset: Any) -> tuple[list[str], list[str]]:
+    """The files a Minari dataset's episodes are read from, and their directory (none known: empty)."""
+    data_path = getattr(getattr(dataset, "_data", None), "data_path", None)
+    if data_path is None or not os.path.isdir(data_path):
+        return [], []
+    files = [os.path.join(root, name) for root, _, names in os.walk(data_path) for name in names]
+    return files, [os.fspath(data_path)]
+
+
 def import_minari(dataset: Any, out: str | os.PathLike[str] | None = None) -> MinariStore:
     """Every episode of ``dataset`` (a ``MinariDataset`` or a dataset id for
-    ``minari.load_dataset``) into a :class:`MinariStore`; with ``out``, also saved there."""
+    ``minari.load_dataset``) into a :class:`MinariStore`; with ``out``, also saved there.
+
+    ``out`` may not be (nor resolve to, by symlink or hard link) one of the dataset's files,
+    nor lie inside its data directory: ValueError before anything is read or written.
+    """
     if isinstance(dataset, str):
         dataset = _minari().load_dataset(dataset)
+    if out is not None:
+        from chunkstore._paths import refuse_inputs_as_output
+
+        refuse_inputs_as_output(out, "out", *_dataset_files(dataset))
     obs_space, act_space = dataset.observation_space, dataset.action_space
     n_ep, n_steps = int(dataset.total_episodes), int(dataset.total_steps)
     arrays: dict[str, ChunkedArray] = {}
