@@ -47,9 +47,11 @@ def within(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> b
 
 
 def refuse_inputs_as_output(out: str | os.PathLike[str], what: str, inputs: Iterable[str | os.PathLike[str]] = (),
-                            directories: Iterable[str | os.PathLike[str]] = ()) -> None:
+                            directories: Iterable[str | os.PathLike[str]] = (),
+                            why: str = "which is read from") -> None:
     """ValueError (before anything is written) when ``out`` is one of ``inputs`` or lies in
-    one of ``directories``; ``what`` names the argument in the message ("out")."""
+    one of ``directories``; ``what`` names the argument in the message ("out"), ``why`` says
+    what the directories are."""
     out = os.fspath(out)
     for f in inputs:
         if same_file(out, f):
@@ -58,5 +60,4 @@ def refuse_inputs_as_output(out: str | os.PathLike[str], what: str, inputs: Iter
                              "the input. Choose another path")
     for d in directories:
         if within(out, d):
-            raise ValueError(f"{what}: {out} lies inside {os.fspath(d)}, which is read from; choose a path "
-                             "outside it")
+            raise ValueError(f"{what}: {out} lies inside {os.fspath(d)}, {why}; choose a path outside it")

@@ -107,6 +107,7 @@ def save(
     if len({*arrays, *extras}) != len(arrays) + len(extras):
         raise ValueError(f"names are shared by arrays and extras: {sorted(set(arrays) & set(extras))}")
     attrs_json = dump_json(dict(attrs or {}), "attrs")
+    _refuse_spill_directories(path, arrays)
     # live arrays are saved as one moment of them (open chunks encoded, not sealed: the
     # arrays are left as they are, and may keep changing while the file is written)
     snapshots = {name: arr.snapshot() for name, arr in arrays.items() if isinstance(arr, ChunkedArray)}
@@ -122,6 +123,27 @@ def save(
     finally:
         for snap in snapshots.values():
             snap.close()
+
+
+def _refuse_spill_directories(path: str, arrays: Mapping[str, Any]) -> None:
+    """ValueError when ``path`` lies in the private directory of a tier the arrays are read from
+    (a DiskTier's or HybridTier's segment files, removed with the directory when the tier
+    closes: the saved file would go with them). The file a lazily loaded array reads may be
+    ``path``: the new file is renamed over it, and the array keeps reading the old one."""
+    from chunkstore._paths import refuse_inputs_as_output
+    from chunkstore.tiers import DiskTier, HybridTier
+
+    directories = []
+    for arr in arrays.values():
+        tier = getattr(arr, "tier", None)
+        for _ in range(4):  # a FileTier's writable tier, which may spill
+            if isinstance(tier, (DiskTier, HybridTier)):
+                directories.append(os.fspath(tier.path))
+            tier = getattr(tier, "writable", None)
+            if tier is None:
+                break
+    refuse_inputs_as_output(path, "path", directories=directories,
+                            why="a tier's spill directory, removed with its files when the tier closes")
 
 
 def _save(path: str, version: int, arrays: Mapping[str, Any], extras: dict[str, Any], attrs_json: str,
