@@ -116,13 +116,30 @@ def save(
     except OSError as e:
         if e.errno is None or path in str(e):  # ours, or already naming the file
             raise
-        # a full disk or a file size limit: HDF5's message names /proc/self/fd/N, not the file
+        # a full disk, a file size limit, a read-only filesystem: HDF5's message names
+        # /proc/self/fd/N, the temporary's creation the temporary, not the file
         detail = re.sub(r"^\[Errno \d+\] ", "", str(e).splitlines()[0])[:200]
         raise type(e)(e.errno, f"{os.strerror(e.errno)}: saving {path} failed; the file is unchanged and no "
-                               f"temporary was left (free space and save again). The write said: {detail}") from e
+                               f"temporary was left{_advice(e.errno)}. The write said: {detail}") from e
     finally:
         for snap in snapshots.values():
             snap.close()
+
+
+def _advice(err: int) -> str:
+    """What to do about a failed save, by its errno: only a full disk is cured by freeing space."""
+    import errno
+
+    if err in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return " (free space and save again)"
+    if err == errno.EFBIG:
+        return (" (the file would be larger than this filesystem or the process's file size limit, "
+                "RLIMIT_FSIZE, allows: save to another filesystem or raise the limit)")
+    if err == errno.EROFS:
+        return " (the filesystem is mounted read-only: save to another path)"
+    if err in (errno.EACCES, errno.EPERM):
+        return " (no permission to write in that directory)"
+    return ""
 
 
 def _refuse_spill_directories(path: str, arrays: Mapping[str, Any]) -> None:

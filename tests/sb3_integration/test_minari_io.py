@@ -223,11 +223,12 @@ def test_import_refuses_to_write_over_the_dataset(tmp_path):
     is refused before anything is written; the dataset still loads, unchanged."""
     import hashlib
     import os
+    from pathlib import Path
 
     ds = _dataset("self", gym.make("CartPole-v1"), 2)
     data = ds._data.data_path
     main = os.path.join(data, "main_data.hdf5")
-    before = hashlib.sha256(open(main, "rb").read()).hexdigest()
+    before = hashlib.sha256(Path(main).read_bytes()).hexdigest()
     link = tmp_path / "link.h5"
     link.symlink_to(main)
     hard = tmp_path / "hard.h5"
@@ -236,7 +237,7 @@ def test_import_refuses_to_write_over_the_dataset(tmp_path):
                        (os.path.join(data, "new.h5"), "lies inside")):
         with pytest.raises(ValueError, match=match):
             import_minari(ds, out)
-    assert hashlib.sha256(open(main, "rb").read()).hexdigest() == before
+    assert hashlib.sha256(Path(main).read_bytes()).hexdigest() == before
     assert not os.path.exists(os.path.join(data, "new.h5"))
     assert minari.load_dataset("test/self-v0").total_episodes == 2
     import_minari(ds, tmp_path / "fine.h5")  # any other path is written
