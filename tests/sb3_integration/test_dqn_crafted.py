@@ -245,3 +245,16 @@ def test_invalid_range_entries_outside_the_positions_match_nothing(tmp_path):
     with DQNReplayBuffer.load(a) as x, DQNReplayBuffer.load(b) as y:
         assert x.valid[5] and x.valid[7]  # the positions a wrapped entry would hit are valid ones
         np.testing.assert_array_equal(x.valid, y.valid)
+
+
+@pytest.mark.parametrize("index", [2**63, np.uint64(2**63), [2**63], 2**64, -1])
+def test_an_index_out_of_range_is_named_as_given(tmp_path, index):
+    """2**63 used to be reported as -9223372036854775808 (or raised OverflowError)."""
+    from sb3_integration.offline import DQNReplayBuffer, import_dqn_replay
+
+    base_checkpoint(tmp_path / "src")
+    with DQNReplayBuffer.load(import_dqn_replay(tmp_path / "src", tmp_path / "a.h5", progress=False)) as buf:
+        given = int(np.asarray(index).reshape(-1)[0])
+        for call in (buf.locate, buf.transitions):
+            with pytest.raises(IndexError, match=rf"got {given}$"):
+                call(index)
