@@ -6,8 +6,10 @@
 ``SRC`` is a directory of ``$store$_observation_ckpt.N.gz`` ... files, or its parent holding
 ``replay_logs/``. Checkpoints are streamed one at a time with a progress bar; interrupted,
 the same command continues at the next checkpoint (finished ones wait in ``OUT.parts/``).
-Exit status: 0 written, 1 a checkpoint file is missing, damaged or truncated (the line names
-it), 2 bad arguments.
+Exit status: 0 written, 1 a checkpoint file is missing, damaged, truncated or crafted (one
+line names it: a header declaring more than the file holds, a count beyond dopamine's types,
+data past the declared shape), 2 bad arguments (an ``OUT`` that is, or links to, a file read,
+or lies inside ``SRC``, among them).
 """
 
 from __future__ import annotations
