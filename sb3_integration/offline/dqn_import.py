@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -44,6 +45,8 @@ __all__ = ["import_dqn_replay"]
 #: rows of observations read per block: 4096 Atari frames are 29 MB
 BLOCK_ROWS = 4096
 _MANIFEST = "manifest.json"
+#: the name of a dopamine checkpoint file (``{name}_ckpt.{N}.gz``)
+_CKPT_NAME = re.compile(r".+_ckpt\.\d+\.gz")
 
 
 def import_dqn_replay(
@@ -68,9 +71,9 @@ def import_dqn_replay(
         ``replay_logs/``, the DQN Replay Dataset's ``<game>/<run>`` layout).
     out
         The file to write (replaced atomically at the end). Neither it nor ``<out>.parts``
-        may be (or resolve to, by symlink or hard link) a checkpoint file read, or lie inside
-        ``src``; ``<out>.parts`` may not be a symlink nor hold ``src`` (ValueError before
-        anything is written).
+        may be (or resolve to, by symlink or hard link) a checkpoint file read, nor ``out`` a
+        checkpoint file's name (``*_ckpt.N.gz``) inside ``src``; ``<out>.parts`` may not be a
+        symlink nor hold ``src`` (ValueError before anything is written).
     suffixes
         Which checkpoints (default: every one in ``src``, ascending).
     stack_size, update_horizon, gamma
@@ -140,19 +143,24 @@ def import_dqn_replay(
 # -- parts -------------------------------------------------------------------------
 def _refuse_overwriting(src: str | os.PathLike[str], out: str, parts: str, ckpts: list[Checkpoint]) -> None:
     """ValueError before anything is written: ``out`` or ``out.parts`` is (or resolves to, by
-    symlink or hard link) a checkpoint file read, or lies inside the source directory; the
+    symlink or hard link) a checkpoint file read; ``out`` lies inside the source directory with
+    the name of a checkpoint file (``*_ckpt.N.gz``: a later import would read it as one); the
     source lies inside ``out.parts`` (removed at the end); ``out.parts`` is a symlink (its
-    target would receive the parts, and keep them)."""
+    target would receive the parts, and keep them). Other new files beside the checkpoints
+    are allowed: they are never read, and nothing of ``src`` is replaced."""
     from chunkstore._paths import refuse_inputs_as_output, within
 
     inputs = [c.path(n) for c in ckpts for n in (*STORE_NAMES, "add_count", "invalid_range",
                                                  "episode_end_indices")]
     inputs = [p for p in inputs if os.path.exists(p)]
     dirs = sorted({os.fspath(src), *(c.directory for c in ckpts)})
-    refuse_inputs_as_output(out, "out", inputs, dirs)
+    refuse_inputs_as_output(out, "out", inputs)
+    if _CKPT_NAME.fullmatch(os.path.basename(out)):
+        refuse_inputs_as_output(out, "out (a checkpoint file's name)", directories=dirs,
+                                why="the checkpoints' directory, where an import would read it as a checkpoint file")
     if os.path.islink(parts):
         raise ValueError(f"out: {parts} (where the parts go) is a symlink; remove it or choose another out")
-    refuse_inputs_as_output(parts, "out (its .parts directory)", inputs, dirs)
+    refuse_inputs_as_output(parts, "out (its .parts directory)", inputs)
     for d in dirs:
         if within(d, parts):
             raise ValueError(f"out: the parts directory {parts} holds the source {d}, and is removed at the "

@@ -58,14 +58,21 @@ def test_out_is_a_hard_link_of_an_input(src, tmp_path):
     _refused(src, link, r"resolves to .*add_count_ckpt\.0\.gz")
 
 
-def test_out_inside_the_source_directory(src):
-    _refused(src, src / "new.h5", "lies inside")
+def test_out_named_as_a_checkpoint_file_inside_the_source_directory(src):
+    """A new ``*_ckpt.N.gz`` among the checkpoints: a later import would read it as one."""
+    _refused(src, src / "$store$_observation_ckpt.1.gz", "lies inside")
 
 
 def test_out_in_a_symlinked_source_directory(src, tmp_path):
     alias = tmp_path / "alias"
     alias.symlink_to(src, target_is_directory=True)
-    _refused(src, alias / "new.h5", "lies inside")
+    _refused(src, alias / "$store$_reward_ckpt.5.gz", "lies inside")
+    _refused(src, alias / OBS, "resolves to")
+
+
+def test_other_names_beside_the_checkpoints_are_written(src):
+    out = import_dqn_replay(src, src / "run.h5", progress=False)
+    assert os.path.exists(out) and not os.path.exists(str(out) + ".parts")
 
 
 def test_parts_directory_a_symlink_is_refused(src, tmp_path):

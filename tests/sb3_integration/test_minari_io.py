@@ -239,5 +239,13 @@ def test_import_refuses_to_write_over_the_dataset(tmp_path):
             import_minari(ds, out)
     assert hashlib.sha256(Path(main).read_bytes()).hexdigest() == before
     assert not os.path.exists(os.path.join(data, "new.h5"))
+    store = import_minari(ds)
+    with pytest.raises(ValueError, match="which is read from"):  # nor a save of the imported store
+        store.save(main)
+    assert hashlib.sha256(Path(main).read_bytes()).hexdigest() == before
     assert minari.load_dataset("test/self-v0").total_episodes == 2
     import_minari(ds, tmp_path / "fine.h5")  # any other path is written
+    with MinariStore.load(tmp_path / "fine.h5") as loaded:  # and a loaded store saves over its own file
+        loaded.save(tmp_path / "fine.h5")
+    with MinariStore.load(tmp_path / "fine.h5") as again:
+        assert again.total_episodes == 2
