@@ -86,13 +86,11 @@ def craft(case: str, src: Path) -> Path:
         victim = _path(src, "invalid_range")
         write_npy(victim, (big,), "u1", zeros=big)
     elif case == "action_bomb_add_count_1":  # the observations claim as many rows as the bomb
-        n = big
-        write_npy(_path(src, "action"), (n,), "u1", zeros=big)
-        _huge_capacity_rest = {"reward": "f4", "terminal": "u1"}
-        for name, dtype in _huge_capacity_rest.items():
-            write_npy(_path(src, name), (n,), dtype)
+        write_npy(_path(src, "action"), (big,), "u1", zeros=big)
+        for name, dtype in (("reward", "f4"), ("terminal", "u1")):
+            write_npy(_path(src, name), (big,), dtype)
         victim = _path(src, "observation")
-        write_npy(victim, (n, 8, 8), "u1", data=bytes(64))
+        write_npy(victim, (big, 8, 8), "u1", data=bytes(64))
         with gzip.open(_path(src, "add_count"), "wb") as f:
             np.save(f, np.array(1))
     elif case == "trailing_1.5GiB_after_a_column":  # a right header, then far more than it says
