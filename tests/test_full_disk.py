@@ -191,6 +191,8 @@ def test_a_save_past_a_file_size_limit_keeps_the_old_file(tmp_path):
     assert done.returncode == 0 and "RESULT" in out, done.stderr[-3000:]
     assert out["RESULT"].startswith(f"{errno.EFBIG} "), out
     assert f"saving {path} needs about" in out["RESULT"] and "is unchanged" in out["RESULT"], out
+    # the limit, not free space: the disk is not full (this used to report "74,728.1 MB are free")
+    assert "file size limit (RLIMIT_FSIZE" in out["RESULT"] and "are free" not in out["RESULT"], out
     assert out["SAME"] == "True"  # the old file, whole: the 100 transitions saved first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["buffer.h5"]
 
@@ -248,3 +250,30 @@ def test_a_save_of_incompressible_extras_to_a_nearly_full_disk_fails_cleanly(sma
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "clean" in done.stdout
+
+
+@pytest.mark.parametrize("err, says", [(errno.EROFS, "read-only"), (errno.EFBIG, "file size limit"),
+                                       (errno.EACCES, "permission"), (errno.ENOSPC, "free space and save again")])
+def test_a_failed_save_says_what_failed(tmp_path, monkeypatch, err, says):
+    """Always runs: creating the temporary fails as on a read-only filesystem (EROFS), past a
+    file size limit (EFBIG), without permission or on a full disk. Only the full disk is told to
+    free space; the OSError keeps its errno, the old file is unchanged."""
+    from chunkstore import ChunkedArray
+    from chunkstore.hdf5 import _tempfile, save
+
+    arr = ChunkedArray(8, (2,), np.uint8)
+    arr.write(0, np.ones((8, 2), np.uint8))
+    path = tmp_path / "a.h5"
+    path.write_bytes(b"old")
+
+    def refuse(name, flags):
+        raise OSError(err, os.strerror(err), name)
+
+    monkeypatch.setattr(_tempfile, "_excl_opener", refuse)
+    with pytest.raises(OSError) as info:
+        save(path, {"a": arr}, progress=False)
+    assert info.value.errno == err and str(path) in str(info.value)
+    assert says in str(info.value), str(info.value)
+    if err != errno.ENOSPC:
+        assert "free space" not in str(info.value)
+    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.h5"]

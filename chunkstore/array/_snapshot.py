@@ -106,6 +106,11 @@ class ArraySnapshot:
         return out
 
     @property
+    def tier(self) -> Tier | None:
+        """The tier the stored chunks are read from (None: every chunk is held in the snapshot)."""
+        return self._tier
+
+    @property
     def cbytes(self) -> int:
         return int(self._refs[2].sum())
 

@@ -79,11 +79,11 @@ def check_chunks(name: str, chunks: Any, nchunks: int) -> np.ndarray:
     given = np.asarray(chunks)
     if given.size and (given.ndim != 1 or given.dtype.kind not in "iu"):
         raise TypeError(f"{name}: chunks must be a 1-D array of ints, got {given.dtype} of shape {given.shape}")
-    out = given.reshape(-1).astype(np.int64, copy=False)
-    bad = np.flatnonzero((out < 0) | (out >= nchunks))
+    flat = given.reshape(-1)
+    bad = np.flatnonzero((flat < 0) | (flat >= nchunks))  # before the cast: uint64's 2**63 is not -2**63
     if bad.size:
-        raise IndexError(f"chunk {int(out[bad[0]])} out of range for {name} ({nchunks} chunks)")
-    return out
+        raise IndexError(f"chunk {int(flat[bad[0]])} out of range for {name} ({nchunks} chunks)")
+    return flat.astype(np.int64, copy=False)
 
 
 def check_count(name: str, value: Any, minimum: int = 1) -> int:

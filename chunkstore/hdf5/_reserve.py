@@ -97,10 +97,33 @@ def reserve(fd: int, nbytes: int, path: str) -> None:
 
 
 def _refused(err: int, fd: int, nbytes: int, path: str) -> OSError:
-    try:
-        st = os.fstatvfs(fd)
-        free = f"; {st.f_bavail * st.f_frsize / 1e6:,.1f} MB are free there"
-    except OSError:
-        free = ""
-    return OSError(err, f"{os.strerror(err)}: saving {path} needs about {nbytes / 1e6:,.1f} MB{free}. "
+    """The OSError of a refused reservation, in words that fit its errno: free space is named
+    only for a full disk (an EFBIG says nothing about free space)."""
+    why = ""
+    if err == errno.ENOSPC:
+        try:
+            st = os.fstatvfs(fd)
+            why = f"; {st.f_bavail * st.f_frsize / 1e6:,.1f} MB are free there"
+        except OSError:
+            pass
+    elif err == errno.EFBIG:
+        why = f", more than {_file_size_limit()}"
+    elif err == getattr(errno, "EDQUOT", None):
+        why = ", more than this user's disk quota leaves"
+    elif err == errno.EROFS:
+        why = ", and the filesystem is mounted read-only"
+    return OSError(err, f"{os.strerror(err)}: saving {path} needs about {nbytes / 1e6:,.1f} MB{why}. "
                         f"Nothing was written: {path} is unchanged and no temporary was left.")
+
+
+def _file_size_limit() -> str:
+    """The file size limits that apply, as words (RLIMIT_FSIZE when one is set)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        limit = None
+    if limit is not None and limit != resource.RLIM_INFINITY:
+        return f"this process's file size limit (RLIMIT_FSIZE, {limit / 1e6:,.1f} MB) allows"
+    return "this filesystem allows in one file"

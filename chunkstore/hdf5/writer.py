@@ -107,6 +107,7 @@ def save(
     if len({*arrays, *extras}) != len(arrays) + len(extras):
         raise ValueError(f"names are shared by arrays and extras: {sorted(set(arrays) & set(extras))}")
     attrs_json = dump_json(dict(attrs or {}), "attrs")
+    _refuse_spill_directories(path, arrays)
     # live arrays are saved as one moment of them (open chunks encoded, not sealed: the
     # arrays are left as they are, and may keep changing while the file is written)
     snapshots = {name: arr.snapshot() for name, arr in arrays.items() if isinstance(arr, ChunkedArray)}
@@ -115,13 +116,51 @@ def save(
     except OSError as e:
         if e.errno is None or path in str(e):  # ours, or already naming the file
             raise
-        # a full disk or a file size limit: HDF5's message names /proc/self/fd/N, not the file
+        # a full disk, a file size limit, a read-only filesystem: HDF5's message names
+        # /proc/self/fd/N, the temporary's creation the temporary, not the file
         detail = re.sub(r"^\[Errno \d+\] ", "", str(e).splitlines()[0])[:200]
         raise type(e)(e.errno, f"{os.strerror(e.errno)}: saving {path} failed; the file is unchanged and no "
-                               f"temporary was left (free space and save again). The write said: {detail}") from e
+                               f"temporary was left{_advice(e.errno)}. The write said: {detail}") from e
     finally:
         for snap in snapshots.values():
             snap.close()
+
+
+def _advice(err: int) -> str:
+    """What to do about a failed save, by its errno: only a full disk is cured by freeing space."""
+    import errno
+
+    if err in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return " (free space and save again)"
+    if err == errno.EFBIG:
+        return (" (the file would be larger than this filesystem or the process's file size limit, "
+                "RLIMIT_FSIZE, allows: save to another filesystem or raise the limit)")
+    if err == errno.EROFS:
+        return " (the filesystem is mounted read-only: save to another path)"
+    if err in (errno.EACCES, errno.EPERM):
+        return " (no permission to write in that directory)"
+    return ""
+
+
+def _refuse_spill_directories(path: str, arrays: Mapping[str, Any]) -> None:
+    """ValueError when ``path`` lies in the private directory of a tier the arrays are read from
+    (a DiskTier's or HybridTier's segment files, removed with the directory when the tier
+    closes: the saved file would go with them). The file a lazily loaded array reads may be
+    ``path``: the new file is renamed over it, and the array keeps reading the old one."""
+    from chunkstore._paths import refuse_inputs_as_output
+    from chunkstore.tiers import DiskTier, HybridTier
+
+    directories = []
+    for arr in arrays.values():
+        tier = getattr(arr, "tier", None)
+        for _ in range(4):  # a FileTier's writable tier, which may spill
+            if isinstance(tier, (DiskTier, HybridTier)):
+                directories.append(os.fspath(tier.path))
+            tier = getattr(tier, "writable", None)
+            if tier is None:
+                break
+    refuse_inputs_as_output(path, "path", directories=directories,
+                            why="a tier's spill directory, removed with its files when the tier closes")
 
 
 def _save(path: str, version: int, arrays: Mapping[str, Any], extras: dict[str, Any], attrs_json: str,

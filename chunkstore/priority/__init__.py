@@ -195,9 +195,9 @@ class PriorityIndex:
             raise ValueError(f"slots must be 1-D, got shape {s.shape}")
         if s.size and s.dtype.kind not in "iu":
             raise ValueError(f"slots must be integers, got dtype {s.dtype}")
+        if s.size and (s.min() < 0 or s.max() >= self.capacity):  # before the cast: 2**63 stays 2**63
+            raise ValueError(f"slots must be in [0, {self.capacity}), got {int(s.min())}..{int(s.max())}")
         s = s.astype(np.int64, copy=False)
-        if s.size and (s.min() < 0 or s.max() >= self.capacity):
-            raise ValueError(f"slots must be in [0, {self.capacity}), got {s.min()}..{s.max()}")
         return np.ascontiguousarray(s)
 
     @staticmethod

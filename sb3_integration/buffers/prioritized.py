@@ -137,6 +137,8 @@ def checked_update(indices: Any, priorities: Any, alpha: float,
         masses = (pri + epsilon) ** alpha
     if masses.size and masses.max() > np.finfo(np.float32).max:
         raise ValueError("priorities ** alpha must fit in float32")
+    if idx.size and idx.dtype.kind == "u" and int(idx.max()) > np.iinfo(np.int64).max:  # a cast would wrap it
+        raise ValueError(f"indices must be stored transitions; got {int(idx.max())}")
     return idx.astype(np.int64), pri, masses
 
 

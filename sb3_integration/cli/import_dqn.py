@@ -8,8 +8,10 @@
 ``SRC`` is a directory of ``$store$_observation_ckpt.N.gz`` ... files, or its parent holding
 ``replay_logs/``. Checkpoints are streamed one at a time with a progress bar; interrupted,
 the same command continues at the next checkpoint (finished ones wait in ``OUT.parts/``).
-Exit status: 0 written, 1 a checkpoint file is missing, damaged or truncated (the line names
-it), 2 bad arguments.
+Exit status: 0 written, 1 a checkpoint file is missing, damaged, truncated or crafted (one
+line names it: a header declaring more than the file holds, a count beyond dopamine's types,
+data past the declared shape), 2 bad arguments (an ``OUT`` that is, or links to, a file read,
+or lies inside ``SRC``, among them).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ def main(argv: list[str] | None = None, prog: str = "chunkstore-import-dqn") -> 
     """Run ``chunkstore-import-dqn`` on ``argv`` (default: the command line); return the exit status."""
     ap = argparse.ArgumentParser(
         prog=prog, description="Import a run of the DQN Replay Dataset (dopamine replay checkpoints) "
-        "into one chunkstore file. Exit status: 0 written, 1 a checkpoint is missing, damaged or "
-        "truncated, 2 bad arguments.")
+        "into one chunkstore file. Exit status: 0 written, 1 a checkpoint is missing, damaged, "
+        "truncated or crafted, 2 bad arguments (an OUT that is or links to an input among them).")
     ap.add_argument("src", help="a directory of $store$_observation_ckpt.N.gz ... files, or its "
                     "parent holding replay_logs/")
     ap.add_argument("out", help="the chunkstore file to write (OUT.parts/ holds finished "

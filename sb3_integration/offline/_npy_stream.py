@@ -6,6 +6,13 @@ an import never holds more than one block. Every failure of the file (not gzip, 
 truncated stream, a failed CRC, a bad ``.npy`` header, fewer rows than declared) is a
 :class:`CheckpointError` whose message starts with the file's path.
 
+Crafted files are bounded before anything is allocated: a header longer than 64 KiB, a
+dtype other than a bool, integer or float of at most 8 bytes, or a shape declaring more
+bytes than the gzip file can decode to (deflate expands at most 1032-fold) is refused
+from the header alone; a stream is read only as far as its header says (the bytes past
+it are refused, not read), and a pickle or a small array only up to the size its caller
+allows (:func:`read_small_npy`, :func:`read_pickled_int_set`).
+
 The gzip stream is read with python-isal's ``igzip`` when it is installed (several times
 faster than the standard library's zlib on these files), else with :mod:`gzip`.
 """
@@ -14,9 +21,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import pickle
 import queue
+import struct
 import threading
 import zlib
 from collections.abc import Iterator
@@ -33,6 +42,15 @@ __all__ = ["CheckpointError", "NpyStream", "read_pickled_int_set", "read_small_n
 
 #: what a damaged or truncated gzip stream raises, whichever implementation reads it
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, gzip.BadGzipFile)
+#: deflate's largest expansion (258 bytes from one 2-bit code at best): a gzip file of ``n``
+#: bytes decodes to less than ``MAX_GZIP_RATIO * n`` bytes, whatever it holds
+MAX_GZIP_RATIO = 1032
+#: longest ``.npy`` header read (numpy's own loader refuses more than 10,000 characters)
+MAX_HEADER_BYTES = 1 << 16
+#: the dtype kinds a checkpoint array may hold (bool, ints, floats), each of at most 8 bytes
+_KINDS = "biuf"
+#: pieces in which bytes past what a caller needs are read (and dropped)
+_SKIP_BYTES = 1 << 22
 
 
 class CheckpointError(ValueError):
@@ -66,30 +84,61 @@ class NpyStream:
         self._f = _open(self.path)
         try:
             self.shape, self.dtype = self._header()
+            self._check_size()
         except BaseException:
             self._f.close()
             raise
         self.row_shape = self.shape[1:]
-        self.row_nbytes = int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
+        self.row_nbytes = math.prod(self.row_shape) * self.dtype.itemsize
+        #: bytes of the array not read yet (the stream must end right after them)
+        self._left = math.prod(self.shape) * self.dtype.itemsize
 
     def _header(self) -> tuple[tuple[int, ...], np.dtype]:
         try:
             version = np.lib.format.read_magic(self._f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(self._f)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(self._f)
-            else:
+            if version not in ((1, 0), (2, 0)):
                 raise ValueError(f"unsupported .npy version {version}")
+            size_format = "<H" if version == (1, 0) else "<I"
+            size_bytes = self._f.read(struct.calcsize(size_format))
+            if len(size_bytes) != struct.calcsize(size_format):
+                raise ValueError("the header ends early")
+            (length,) = struct.unpack(size_format, size_bytes)
+            if length > MAX_HEADER_BYTES:  # numpy would read all of it before its own check
+                raise ValueError(f"its header claims {length:,} bytes; a .npy header is at most "
+                                 f"{MAX_HEADER_BYTES:,}")
+            text = self._f.read(length)
+            if len(text) != length:
+                raise ValueError("the header ends early")
+            head = io.BytesIO(size_bytes + text)
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read(head)
         except _STREAM_ERRORS as e:
             raise CheckpointError(self.path, f"damaged or truncated gzip stream ({e})") from None
-        except ValueError as e:
+        except (ValueError, SyntaxError, TypeError) as e:
             raise CheckpointError(self.path, f"not a gzip'd .npy file ({e})") from None
         if fortran:
             raise CheckpointError(self.path, "Fortran-ordered arrays are not dopamine's layout")
         if dtype.hasobject:
             raise CheckpointError(self.path, "object arrays are refused (they would be pickles)")
+        if dtype.kind not in _KINDS or dtype.itemsize > 8 or dtype.fields is not None or dtype.subdtype:
+            raise CheckpointError(self.path, f"dtype: {dtype} is not a checkpoint array's (bool, integer "
+                                             "or float of at most 8 bytes)")
+        if any(int(d) < 0 for d in shape):
+            raise CheckpointError(self.path, f"shape: {tuple(shape)} has a negative dimension")
         return tuple(int(d) for d in shape), np.dtype(dtype)
+
+    def _check_size(self) -> None:
+        """The declared array must fit in what this file can decode to (before any allocation)."""
+        nbytes = math.prod(self.shape) * self.dtype.itemsize
+        try:
+            size = os.path.getsize(self.path)
+        except OSError as e:
+            raise CheckpointError(self.path, f"cannot be read ({e})") from None
+        if nbytes > MAX_GZIP_RATIO * size:
+            raise CheckpointError(self.path, f"shape: the header declares {self.shape} of {self.dtype} "
+                                             f"({nbytes:,} bytes), more than a gzip file of {size:,} bytes "
+                                             "can hold")
 
     def _read_exact(self, out: np.ndarray) -> None:
         view = memoryview(out).cast("B")  # type: ignore[arg-type]
@@ -104,6 +153,7 @@ class NpyStream:
                 got += n
         except _STREAM_ERRORS as e:
             raise CheckpointError(self.path, f"damaged or truncated gzip stream ({e})") from None
+        self._left -= got
 
     def blocks(self, rows: int, stop: int | None = None) -> Any:
         """Yield ``(start, block)`` for rows ``0 .. stop`` (all), ``rows`` at a time (the block is reused)."""
@@ -170,10 +220,19 @@ class NpyStream:
             reader.join()
 
     def finish(self) -> None:
-        """Read what is left (rows past ``stop``) and the gzip trailer: its CRC and size are checked."""
+        """Read what is left (rows past ``stop``, in pieces, dropped) and the gzip trailer: the
+        stream must end where the header says (CheckpointError for fewer or more bytes), its CRC
+        and size are checked. No more than one byte past the array is ever decoded."""
         try:
-            while self._f.read(1 << 22):
-                pass
+            while self._left > 0:
+                n = len(self._f.read(min(self._left, _SKIP_BYTES)))
+                if not n:
+                    raise CheckpointError(self.path, f"truncated: the header declares shape {self.shape}, "
+                                                     "the data ends early")
+                self._left -= n
+            if self._f.read(1):
+                raise CheckpointError(self.path, f"the stream holds more than the shape {self.shape} "
+                                                 "its header declares")
         except _STREAM_ERRORS as e:
             raise CheckpointError(self.path, f"damaged or truncated gzip stream ({e})") from None
 
@@ -187,13 +246,34 @@ class NpyStream:
         self.close()
 
 
-def read_small_npy(path: str) -> np.ndarray:
-    """A whole small gzip'd ``.npy`` (add_count, invalid_range), checked to the gzip trailer."""
+def read_small_npy(path: str, field: str, *, ndim: int, max_items: int, kinds: str = _KINDS,
+                   rows: int | None = None) -> np.ndarray:
+    """A small gzip'd ``.npy`` (add_count, invalid_range, a column), checked to the gzip trailer.
+
+    The header is checked before anything is allocated: ``ndim`` dimensions, at most
+    ``max_items`` items, a dtype of one of ``kinds``; ``rows`` reads only the first rows
+    (the rest of the stream is read in pieces and dropped, its CRC still checked).
+    Every failure is a :class:`CheckpointError` naming the file and ``field``.
+    """
     with NpyStream(path) as s:
-        out = np.empty(s.shape, s.dtype)
+        if len(s.shape) != ndim:
+            raise CheckpointError(path, f"{field}: the header declares shape {s.shape}; "
+                                        f"{ndim} dimension{'s' * (ndim != 1)} expected")
+        items = math.prod(s.shape)
+        if items > max_items:
+            raise CheckpointError(path, f"{field}: the header declares shape {s.shape} ({items:,} items); "
+                                        f"at most {max_items:,} expected")
+        if s.dtype.kind not in kinds:
+            raise CheckpointError(path, f"{field}: dtype {s.dtype} is not one of the expected kinds "
+                                        f"({', '.join(_KIND_NAMES[k] for k in kinds)})")
+        shape = s.shape if rows is None else (min(int(rows), s.shape[0]), *s.shape[1:])
+        out = np.empty(shape, s.dtype)
         s._read_exact(out.reshape(-1))
         s.finish()
         return out
+
+
+_KIND_NAMES = {"b": "bool", "i": "signed integer", "u": "unsigned integer", "f": "float"}
 
 
 class _IntSetUnpickler(pickle.Unpickler):
@@ -210,19 +290,36 @@ class _IntSetUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a set of indices")
 
 
-def read_pickled_int_set(path: str) -> np.ndarray:
-    """dopamine's pickled ``episode_end_indices`` (a set of ints) as a sorted int64 array.
+#: pickled bytes allowed per index of a set (a numpy int64 scalar takes about 30 once its
+#: class and dtype are memoized, a Python int at most 11) and for the set's own framing
+PICKLE_BYTES_PER_INDEX = 64
+PICKLE_BYTES_FIXED = 4096
+
+
+def read_pickled_int_set(path: str, capacity: int) -> np.ndarray:
+    """dopamine's pickled ``episode_end_indices`` (a set of positions) as a sorted int64 array.
 
     Unpickled with only ``set`` allowed: a file that holds anything else is refused
-    instead of run.
+    instead of run. At most the bytes a set of ``capacity`` positions takes are
+    decompressed, and every entry must be a position, ``0 .. capacity - 1``
+    (CheckpointError otherwise).
     """
+    budget = PICKLE_BYTES_FIXED + PICKLE_BYTES_PER_INDEX * int(capacity)
     f = _open(path)
     try:
-        raw = f.read()
+        raw = b""
+        while len(raw) <= budget:  # a read may return less than asked before the end
+            piece = f.read(budget + 1 - len(raw))
+            if not piece:
+                break
+            raw += piece
     except _STREAM_ERRORS as e:
         raise CheckpointError(path, f"damaged or truncated gzip stream ({e})") from None
     finally:
         f.close()
+    if len(raw) > budget:
+        raise CheckpointError(path, f"episode_end_indices: more than the {budget:,} bytes a pickled set of "
+                                    f"at most {capacity:,} positions takes")
     try:
         value = _IntSetUnpickler(io.BytesIO(raw)).load()
     except Exception as e:
@@ -230,4 +327,8 @@ def read_pickled_int_set(path: str) -> np.ndarray:
     if not isinstance(value, (set, frozenset)) or not all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
         raise CheckpointError(path, "not a pickled set of indices")
-    return np.array(sorted(int(v) for v in value), np.int64)
+    ends = sorted(int(v) for v in value)
+    if ends and (ends[0] < 0 or ends[-1] >= capacity):  # checked as Python ints: 2**80 is no OverflowError
+        bad = ends[0] if ends[0] < 0 else ends[-1]
+        raise CheckpointError(path, f"episode_end_indices: {bad} is outside the positions 0..{capacity - 1}")
+    return np.array(ends, np.int64)

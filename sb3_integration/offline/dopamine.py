@@ -53,6 +53,10 @@ __all__ = [
 STORE_PREFIX = "$store$_"
 #: the stored arrays of a checkpoint, in the order an import reads them
 STORE_NAMES = ("observation", "action", "reward", "terminal")
+#: most rows of a checkpoint: dopamine hands out positions as int32
+MAX_CAPACITY = 2**31 - 1
+#: most additions a checkpoint may count (dopamine's ``add_count`` is an int64 array)
+MAX_ADD_COUNT = 2**63 - 1
 _SUFFIX = re.compile(r"^\$store\$_observation_ckpt\.(\d+)\.gz$")
 
 
@@ -114,22 +118,29 @@ class Checkpoint:
                                                 f"{capacity} rows")
         if capacity < 1:
             raise CheckpointError(paths["observation"], "holds no rows")
+        if capacity > MAX_CAPACITY:
+            raise CheckpointError(paths["observation"], f"shape: {capacity:,} rows; dopamine's positions are "
+                                                        f"int32, at most {MAX_CAPACITY:,}")
         for n in ("action", "reward", "terminal"):
             if len(shapes[n]) != 1:
                 raise CheckpointError(paths[n], f"holds shape {shapes[n]}; scalar {n}s expected")
-        add_count = read_small_npy(paths["add_count"])
-        if add_count.shape != () or add_count.dtype.kind not in "iu" or int(add_count) < 0:
-            raise CheckpointError(paths["add_count"], f"not a count: {add_count!r}")
-        inv = read_small_npy(paths["invalid_range"])
-        if inv.ndim != 1 or inv.dtype.kind not in "iuf" or not np.all(np.isfinite(inv)):
-            raise CheckpointError(paths["invalid_range"], f"not a list of indices: {inv!r}")
-        if int(add_count) == 0:
+        add_count = read_small_npy(paths["add_count"], "add_count", ndim=0, max_items=1, kinds="iu")
+        count = int(add_count)  # a Python int: uint64's largest is no OverflowError
+        if not 0 <= count <= MAX_ADD_COUNT:
+            raise CheckpointError(paths["add_count"], f"add_count: {count} is not a count of additions "
+                                                      f"(0..{MAX_ADD_COUNT}, dopamine's int64)")
+        # dopamine's invalid range is stack_size + update_horizon positions, and its buffer refuses
+        # a capacity below that: more entries than positions is not a checkpoint's
+        inv = read_small_npy(paths["invalid_range"], "invalid_range", ndim=1, max_items=capacity,
+                             kinds="iuf")
+        if not np.all(np.isfinite(inv)):
+            raise CheckpointError(paths["invalid_range"], f"invalid_range: not a list of indices: {inv!r}")
+        if count == 0:
             raise CheckpointError(paths["add_count"], "add_count is 0: the checkpoint holds no transitions")
         ends_path = checkpoint_path(d, "episode_end_indices", suffix)
-        ends = read_pickled_int_set(ends_path) if os.path.exists(ends_path) else np.zeros(0, np.int64)
-        if len(ends) and (ends.min() < 0 or ends.max() >= capacity):
-            raise CheckpointError(ends_path, f"indices outside 0..{capacity - 1}")
-        return cls(d, int(suffix), int(capacity), int(add_count), inv.astype(np.int64), ends,
+        ends = (read_pickled_int_set(ends_path, capacity) if os.path.exists(ends_path)
+                else np.zeros(0, np.int64))
+        return cls(d, int(suffix), int(capacity), count, _positions(inv, capacity), ends,
                    shapes["observation"][1:], dtypes["observation"], dtypes)
 
     @property
@@ -150,31 +161,62 @@ class Checkpoint:
         return checkpoint_path(self.directory, prefix + name, self.suffix)
 
 
+def _positions(entries: np.ndarray, capacity: int) -> np.ndarray:
+    """The entries of a saved ``invalid_range`` that name a position (whole numbers in
+    ``0 .. capacity - 1``), as int64: dopamine tests ``index in set(invalid_range)``, which
+    any other entry (``-1``, ``1e12``, ``1e300``, ``2.5``) never matches."""
+    if entries.dtype.kind == "f":
+        keep = (entries >= 0) & (entries < capacity) & (entries == np.floor(entries))
+    else:  # compared as the integers they are (uint64 included), never wrapped
+        keep = (entries >= 0) & (entries < capacity)
+    return entries[keep].astype(np.int64)
+
+
 def valid_positions(terminals: np.ndarray, ckpt: Checkpoint, stack_size: int,
                     update_horizon: int) -> np.ndarray:
-    """Bool per position ``0 .. rows - 1``: would dopamine sample it (see the module text)?"""
+    """Bool per position ``0 .. rows - 1``: would dopamine sample it (see the module text)?
+
+    Works on ``rows`` positions only (a checkpoint that is not full may declare a capacity
+    far beyond what was added): before the wrap, no valid position's stack or n-step window
+    reaches past ``rows``, and positions past it hold no terminal.
+    """
     cap, n, k = ckpt.capacity, int(update_horizon), int(stack_size)
-    rows = ckpt.rows
-    term = np.zeros(cap, bool)
-    term[:rows] = terminals[:rows] != 0
-    p = np.arange(cap, dtype=np.int64)
-    valid = np.ones(cap, bool)
-    cursor = ckpt.cursor
-    if ckpt.is_full:
+    rows, full, cursor = ckpt.rows, ckpt.is_full, ckpt.cursor
+    term = np.asarray(terminals[:rows]) != 0
+    valid = np.ones(rows, bool)
+    if full:  # rows == cap: positions wrap around
         never_drawn = (cursor - n + np.arange(n + k - 1)) % cap
         valid[never_drawn] = False
-    else:
-        valid[(p >= cursor - n) | (p < k - 1)] = False
-    valid[np.mod(ckpt.invalid_range, cap)] = False  # ``index in set(invalid_range)``
-    for j in range(1, k):  # a terminal before the stack's last frame
-        valid &= ~term[(p - j) % cap]
+    else:  # stack_size - 1 <= p < cursor - update_horizon
+        valid[:min(rows, k - 1)] = False
+        valid[max(0, cursor - n):] = False
+    inv = ckpt.invalid_range
+    valid[inv[inv < rows]] = False  # ``index in set(invalid_range)``: positions only (Checkpoint.open)
+    for j in range(1, k):  # a terminal before the stack's last frame: term[p - j]
+        valid &= ~_shifted(term, j, full)
     if len(ckpt.episode_ends):
-        end_without_terminal = np.zeros(cap, bool)
-        end_without_terminal[ckpt.episode_ends] = True
+        ends = ckpt.episode_ends
+        end_without_terminal = np.zeros(rows, bool)
+        end_without_terminal[ends[ends < rows]] = True
         end_without_terminal &= ~term
-        for i in range(n):
-            valid &= ~end_without_terminal[(p + i) % cap]
-    return valid[:rows]
+        for i in range(n):  # an episode end without a terminal in p .. p + n - 1
+            valid &= ~_shifted(end_without_terminal, -i, full)
+    return valid
+
+
+def _shifted(a: np.ndarray, j: int, wrap: bool) -> np.ndarray:
+    """``a[p - j]`` for every position ``p``: modulo ``len(a)`` when ``wrap``, else False where
+    ``p - j`` falls outside (only positions that are invalid anyway look there)."""
+    if wrap:
+        return np.roll(a, j)
+    out = np.zeros_like(a)
+    if abs(j) >= len(a):
+        return out
+    if j >= 0:
+        out[j:] = a[:len(a) - j]
+    else:
+        out[:j] = a[-j:]
+    return out
 
 
 def discount_vector(gamma: float, update_horizon: int) -> np.ndarray:

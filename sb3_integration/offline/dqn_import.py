@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -44,6 +45,8 @@ __all__ = ["import_dqn_replay"]
 #: rows of observations read per block: 4096 Atari frames are 29 MB
 BLOCK_ROWS = 4096
 _MANIFEST = "manifest.json"
+#: the name of a dopamine checkpoint file (``{name}_ckpt.{N}.gz``)
+_CKPT_NAME = re.compile(r".+_ckpt\.\d+\.gz")
 
 
 def import_dqn_replay(
@@ -67,7 +70,10 @@ def import_dqn_replay(
         A directory of ``$store$_observation_ckpt.N.gz`` ... files (or its parent holding
         ``replay_logs/``, the DQN Replay Dataset's ``<game>/<run>`` layout).
     out
-        The file to write (replaced atomically at the end).
+        The file to write (replaced atomically at the end). Neither it nor ``<out>.parts``
+        may be (or resolve to, by symlink or hard link) a checkpoint file read, nor ``out`` a
+        checkpoint file's name (``*_ckpt.N.gz``) inside ``src``; ``<out>.parts`` may not be a
+        symlink nor hold ``src`` (ValueError before anything is written).
     suffixes
         Which checkpoints (default: every one in ``src``, ascending).
     stack_size, update_horizon, gamma
@@ -82,7 +88,10 @@ def import_dqn_replay(
         Keep ``<out>.parts/`` (one file per checkpoint) after joining them.
 
     Returns the path written. Raises :class:`CheckpointError` (a ``ValueError`` naming
-    the file) for a missing, damaged or truncated checkpoint file.
+    the file) for a missing, damaged, truncated or crafted checkpoint file (a header
+    declaring more than the file holds, a size beyond dopamine's types, data past the
+    declared shape). An import that fails before any checkpoint is finished removes the
+    ``<out>.parts`` directory it created; finished parts are kept for a rerun.
     """
     for name, v in (("stack_size", stack_size), ("update_horizon", update_horizon),
                     ("chunk_len", chunk_len)):
@@ -101,20 +110,28 @@ def import_dqn_replay(
             raise CheckpointError(c.path("observation"), f"observations {c.observation_shape} "
                                   f"{c.dtypes} differ from checkpoint {first.suffix}'s")
     parts = out + ".parts"
+    _refuse_overwriting(src, out, parts, ckpts)
     options = {"src": os.path.abspath(os.fspath(src)), "suffixes": suffixes, "stack_size": stack_size,
                "update_horizon": update_horizon, "chunk_len": chunk_len,
                "codec": codec if isinstance(codec, str) else codec.name}
+    created = not os.path.lexists(parts)
     _check_manifest(parts, options)
     shared: Codec | None = None
-    with tqdm(total=len(ckpts), desc="checkpoints", unit="ckpt", disable=not progress) as bar:
-        for c in ckpts:
-            part = _part_path(parts, c.suffix)
-            if os.path.exists(part):
-                shared = _existing_codec(part, shared)
-            else:
-                shared = _import_one(c, part, shared, codec, int(chunk_len), int(stack_size),
-                                     int(update_horizon), progress)
-            bar.update(1)
+    try:
+        with tqdm(total=len(ckpts), desc="checkpoints", unit="ckpt", disable=not progress) as bar:
+            for c in ckpts:
+                part = _part_path(parts, c.suffix)
+                if os.path.exists(part):
+                    shared = _existing_codec(part, shared)
+                else:
+                    shared = _import_one(c, part, shared, codec, int(chunk_len), int(stack_size),
+                                         int(update_horizon), progress)
+                bar.update(1)
+    except BaseException:
+        # a parts directory this call made and no checkpoint finished in: nothing to resume
+        if created and not any(os.path.exists(_part_path(parts, c.suffix)) for c in ckpts):
+            shutil.rmtree(parts, ignore_errors=True)
+        raise
     assert shared is not None
     _join(parts, ckpts, out, shared, stack_size=int(stack_size), update_horizon=int(update_horizon),
           gamma=float(gamma), chunk_len=int(chunk_len), progress=progress)
@@ -124,6 +141,32 @@ def import_dqn_replay(
 
 
 # -- parts -------------------------------------------------------------------------
+def _refuse_overwriting(src: str | os.PathLike[str], out: str, parts: str, ckpts: list[Checkpoint]) -> None:
+    """ValueError before anything is written: ``out`` or ``out.parts`` is (or resolves to, by
+    symlink or hard link) a checkpoint file read; ``out`` lies inside the source directory with
+    the name of a checkpoint file (``*_ckpt.N.gz``: a later import would read it as one); the
+    source lies inside ``out.parts`` (removed at the end); ``out.parts`` is a symlink (its
+    target would receive the parts, and keep them). Other new files beside the checkpoints
+    are allowed: they are never read, and nothing of ``src`` is replaced."""
+    from chunkstore._paths import refuse_inputs_as_output, within
+
+    inputs = [c.path(n) for c in ckpts for n in (*STORE_NAMES, "add_count", "invalid_range",
+                                                 "episode_end_indices")]
+    inputs = [p for p in inputs if os.path.exists(p)]
+    dirs = sorted({os.fspath(src), *(c.directory for c in ckpts)})
+    refuse_inputs_as_output(out, "out", inputs)
+    if _CKPT_NAME.fullmatch(os.path.basename(out)):
+        refuse_inputs_as_output(out, "out (a checkpoint file's name)", directories=dirs,
+                                why="the checkpoints' directory, where an import would read it as a checkpoint file")
+    if os.path.islink(parts):
+        raise ValueError(f"out: {parts} (where the parts go) is a symlink; remove it or choose another out")
+    refuse_inputs_as_output(parts, "out (its .parts directory)", inputs)
+    for d in dirs:
+        if within(d, parts):
+            raise ValueError(f"out: the parts directory {parts} holds the source {d}, and is removed at the "
+                             "end; choose another out")
+
+
 def _part_path(parts: str, suffix: int) -> str:
     return os.path.join(parts, f"ckpt_{suffix}.h5")
 
@@ -212,9 +255,11 @@ def _import_one(c: Checkpoint, part: str, shared: Codec | None, codec: str | Cod
 
 
 def _read_column(c: Checkpoint, name: str) -> np.ndarray:
+    """Column ``name``'s first ``rows`` entries: its header must be ``(capacity,)``, the rest of
+    the stream is read in pieces and dropped (a column is never held at its declared size)."""
     from sb3_integration.offline._npy_stream import read_small_npy
 
-    return read_small_npy(c.path(name))
+    return read_small_npy(c.path(name), name, ndim=1, max_items=c.capacity, rows=c.rows)
 
 
 def _pad(a: np.ndarray, n: int) -> np.ndarray:

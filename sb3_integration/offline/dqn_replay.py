@@ -127,11 +127,24 @@ class DQNReplayBuffer:
     # -- indices ---------------------------------------------------------------------
     def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """Global indices -> (checkpoint row in ``checkpoints``, dopamine's position)."""
-        g = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if g.size and (g.min() < 0 or g.max() >= self.n_positions):
-            raise IndexError(f"indices must lie within 0..{self.n_positions - 1}")
+        g = self._global(indices)
         k = np.searchsorted(self.checkpoints["base"], g, side="right") - 1
         return k, g - self.checkpoints["base"][k]
+
+    def _global(self, indices: Any) -> np.ndarray:
+        """Global indices as int64, each checked to lie within ``0 .. n_positions - 1`` before the
+        cast (IndexError naming the value: 2**63 is not read as -2**63, nor an OverflowError)."""
+        g = np.asarray(indices).reshape(-1)
+        if g.dtype == object and all(isinstance(v, int) and not isinstance(v, bool) for v in g.tolist()):
+            values = g.tolist()  # Python ints beyond 64 bits: none can be a position
+            bad = min(values) if min(values) < 0 else max(values)
+            raise IndexError(f"indices must lie within 0..{self.n_positions - 1}, got {bad}")
+        if g.size and g.dtype.kind not in "iu":
+            raise IndexError(f"indices must be integers, got dtype {g.dtype}")
+        if g.size and (g.min() < 0 or g.max() >= self.n_positions):
+            bad = int(g.min()) if g.min() < 0 else int(g.max())
+            raise IndexError(f"indices must lie within 0..{self.n_positions - 1}, got {bad}")
+        return g.astype(np.int64, copy=False)
 
     def _stack_ids(self, k: np.ndarray, p: np.ndarray) -> np.ndarray:
         cap = self.checkpoints["capacity"][k][:, None]
@@ -149,7 +162,7 @@ class DQNReplayBuffer:
         window's length). Indices dopamine would not sample raise ``ValueError``
         (``check_valid=False`` skips the check, for indices known valid: the samplers').
         """
-        g = np.asarray(indices, dtype=np.int64).reshape(-1)
+        g = self._global(indices)
         k, p = self.locate(g)
         if check_valid and g.size and not self.valid[g].all():
             bad = g[~self.valid[g]][:5].tolist()

@@ -117,11 +117,14 @@ class MinariStore:
 
     def __init__(self, arrays: dict[str, ChunkedArray], offsets: dict[str, np.ndarray],
                  episode_ids: np.ndarray, observation_space: spaces.Space, action_space: spaces.Space,
-                 meta: dict[str, Any], store: Any = None):
+                 meta: dict[str, Any], store: Any = None,
+                 sources: tuple[list[str], list[str]] = ([], [])):
         self.arrays, self.offsets, self.episode_ids = arrays, offsets, episode_ids
         self.observation_space, self.action_space = observation_space, action_space
         self.meta = meta
         self._store = store
+        #: the Minari dataset's files and data directory it was imported from (never saved over)
+        self._sources = sources
 
     @property
     def total_episodes(self) -> int:
@@ -160,9 +163,17 @@ class MinariStore:
 
     # -- files --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
-        """One chunkstore HDF5 file (atomic); :meth:`load` reads it lazily."""
+        """One chunkstore HDF5 file (atomic); :meth:`load` reads it lazily.
+
+        ``path`` may be the file this store was lazily loaded from (the new file is renamed
+        over it), not one of the Minari dataset's files it was imported from, nor a path in
+        that dataset's data directory (ValueError before anything is written).
+        """
         from minari.serialization import serialize_space
 
+        from chunkstore._paths import refuse_inputs_as_output
+
+        refuse_inputs_as_output(path, "path", *self._sources)
         extras = {f"offsets/{k}": v for k, v in self.offsets.items()}
         extras["episode_ids"] = self.episode_ids
         attrs = {"kind": FILE_KIND, "observation_space": serialize_space(self.observation_space),
@@ -235,11 +246,29 @@ class MinariStore:
         return fill_replay_buffer(self, buffer_size, n_stack, device, buffer_kwargs)
 
 
+def _dataset_files(dataset: Any) -> tuple[list[str], list[str]]:
+    """The files a Minari dataset's episodes are read from, and their directory (none known: empty)."""
+    data_path = getattr(getattr(dataset, "_data", None), "data_path", None)
+    if data_path is None or not os.path.isdir(data_path):
+        return [], []
+    files = [os.path.join(root, name) for root, _, names in os.walk(data_path) for name in names]
+    return files, [os.fspath(data_path)]
+
+
 def import_minari(dataset: Any, out: str | os.PathLike[str] | None = None) -> MinariStore:
     """Every episode of ``dataset`` (a ``MinariDataset`` or a dataset id for
-    ``minari.load_dataset``) into a :class:`MinariStore`; with ``out``, also saved there."""
+    ``minari.load_dataset``) into a :class:`MinariStore`; with ``out``, also saved there.
+
+    ``out`` may not be (nor resolve to, by symlink or hard link) one of the dataset's files,
+    nor lie inside its data directory: ValueError before anything is read or written.
+    """
     if isinstance(dataset, str):
         dataset = _minari().load_dataset(dataset)
+    sources = _dataset_files(dataset)
+    if out is not None:
+        from chunkstore._paths import refuse_inputs_as_output
+
+        refuse_inputs_as_output(out, "out", *sources)
     obs_space, act_space = dataset.observation_space, dataset.action_space
     n_ep, n_steps = int(dataset.total_episodes), int(dataset.total_steps)
     arrays: dict[str, ChunkedArray] = {}
@@ -276,7 +305,7 @@ def import_minari(dataset: Any, out: str | os.PathLike[str] | None = None) -> Mi
                              f"{arrays[name].capacity}")
         arrays[name].flush()
     meta = {"dataset_id": getattr(getattr(dataset, "spec", None), "dataset_id", None)}
-    store = MinariStore(arrays, offsets, ids, obs_space, act_space, meta)
+    store = MinariStore(arrays, offsets, ids, obs_space, act_space, meta, sources=sources)
     if out is not None:
         store.save(out)
     return store

@@ -216,3 +216,36 @@ def test_wrapped_buffer_exports_whole_episodes_only():
         assert np.array_equal(a.actions, b["actions"])
     with pytest.raises(ValueError, match="env_index"):
         next(replay_buffer_episodes(buf, env_index=1))
+
+
+def test_import_refuses_to_write_over_the_dataset(tmp_path):
+    """``out`` that is (or links to) the dataset's own data file, or lies in its data directory,
+    is refused before anything is written; the dataset still loads, unchanged."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    ds = _dataset("self", gym.make("CartPole-v1"), 2)
+    data = ds._data.data_path
+    main = os.path.join(data, "main_data.hdf5")
+    before = hashlib.sha256(Path(main).read_bytes()).hexdigest()
+    link = tmp_path / "link.h5"
+    link.symlink_to(main)
+    hard = tmp_path / "hard.h5"
+    os.link(main, hard)
+    for out, match in ((main, "which is read from"), (link, "resolves to"), (hard, "resolves to"),
+                       (os.path.join(data, "new.h5"), "lies inside")):
+        with pytest.raises(ValueError, match=match):
+            import_minari(ds, out)
+    assert hashlib.sha256(Path(main).read_bytes()).hexdigest() == before
+    assert not os.path.exists(os.path.join(data, "new.h5"))
+    store = import_minari(ds)
+    with pytest.raises(ValueError, match="which is read from"):  # nor a save of the imported store
+        store.save(main)
+    assert hashlib.sha256(Path(main).read_bytes()).hexdigest() == before
+    assert minari.load_dataset("test/self-v0").total_episodes == 2
+    import_minari(ds, tmp_path / "fine.h5")  # any other path is written
+    with MinariStore.load(tmp_path / "fine.h5") as loaded:  # and a loaded store saves over its own file
+        loaded.save(tmp_path / "fine.h5")
+    with MinariStore.load(tmp_path / "fine.h5") as again:
+        assert again.total_episodes == 2

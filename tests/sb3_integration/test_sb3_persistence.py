@@ -542,3 +542,23 @@ def test_round_trip_with_compressed_small_arrays(kind, lazy, tmp_path):
             assert_same([ref, loaded], seeds=(t,))
     reloaded = pickle.loads(pickle.dumps(loaded))
     assert_same([ref, loaded, reloaded])
+
+
+@pytest.mark.parametrize("kind", ["disk", "hybrid"])
+def test_save_into_the_buffers_own_spill_directory_refused(tmp_path, kind):
+    """The spill directory of a DiskTier / HybridTier is removed with its files when the tier
+    closes: a buffer saved there used to vanish with it. Refused before anything is written;
+    saving beside it still works."""
+    import os
+
+    from chunkstore.tiers import DiskTier, HybridTier
+
+    tier = DiskTier(tmp_path) if kind == "disk" else HybridTier(0, tmp_path)
+    _, ours, _ = filled("replay", 2, 47, tier=tier)
+    inside = os.path.join(tier.path, "buffer.h5")
+    before = sorted(os.listdir(tier.path))
+    with pytest.raises(ValueError, match="spill directory"):
+        ours.save(inside)
+    assert sorted(os.listdir(tier.path)) == before  # no file, no temporary
+    ours.save(tmp_path / "beside.h5")
+    assert (tmp_path / "beside.h5").exists()
