@@ -591,7 +591,7 @@ def test_read_observations(tmp_path):
 # -- spaces as data ---------------------------------------------------------------------------
 def test_spaces_round_trip_as_json():
     spaces = pytest.importorskip("gymnasium.spaces")
-    from sb3_integration.spaces import space_from_dict, space_to_dict
+    from sb3_integration.persistence.spaces import space_from_dict, space_to_dict
 
     low = np.array([[-np.inf, 0.0], [-1.5, 2.0**-20]], np.float32)
     cases = [
