@@ -492,17 +492,18 @@ def test_failed_save_leaves_previous_file_and_no_temporary(tmp_path):
 _SELF_KILLING_SAVER = """
 import os, signal, sys, numpy as np
 from chunkstore import ChunkedArray, format as fmt
-from chunkstore.hdf5 import writer
+from chunkstore.hdf5 import _progress
 
 class KillAtFirstUpdate:  # stands in for tqdm: the first progress update is mid-write
     def __init__(self, *a, **k): pass
     def __enter__(self): return self
     def __exit__(self, *exc): pass
+    def close(self): pass
     def update(self, n):
         if n:
             os.kill(os.getpid(), signal.SIGKILL)
 
-writer.tqdm = KillAtFirstUpdate
+_progress.tqdm = KillAtFirstUpdate
 arr = ChunkedArray(4096, (8,), np.uint32, chunk_len=1, codec="zstd1", cache=0)
 arr[:] = np.arange(4096 * 8, dtype=np.uint32).reshape(4096, 8)
 fmt.save(sys.argv[1], {"a": arr}, progress=True)
@@ -567,6 +568,30 @@ def test_save_sigkilled_from_outside_leaves_previous_file_intact(saved_before):
     assert proc.returncode == -signal.SIGKILL
     assert tmp is not None and tmp.exists()
     assert_intact(path, before, want)
+
+
+def test_the_progress_bar_hears_of_every_chunk_in_steps(monkeypatch):
+    """save, load and verify share one bar: tqdm is updated every STEP chunks, and the rest at the end."""
+    from chunkstore.hdf5 import _progress
+
+    updates = []
+
+    class Recorder:
+        def __init__(self, **kw):
+            assert kw["total"] == 1300 and kw["unit"] == "chunk"
+
+        def update(self, n):
+            updates.append(n)
+
+        def close(self):
+            updates.append("closed")
+
+    monkeypatch.setattr(_progress, "tqdm", Recorder)
+    with _progress.ChunkBar(1300, "load", True) as bar:
+        for _ in range(1000):
+            bar.step()
+        bar.step(300)  # a group of chunks at once (save's grouped layout)
+    assert updates == [_progress.STEP, 1300 - _progress.STEP, 0, "closed"]
 
 
 # -- readers for tools -------------------------------------------------------------------------
