@@ -14,18 +14,18 @@ here once.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 __all__ = ["check_count", "is_int"]
 
 
-def is_int(value: Any, minimum: int | None = None, maximum: int | None = None) -> bool:
+def is_int(value: Any, minimum: int | None = None, maximum: int | None = None) -> TypeGuard[int | np.integer]:
     """Whether ``value`` is a Python or numpy integer (not a bool) within ``minimum..maximum``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         return False
-    return (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    return bool((minimum is None or value >= minimum) and (maximum is None or value <= maximum))
 
 
 def check_count(name: str, value: Any, minimum: int = 1) -> int:
