@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import pytest
 
-from chunkstore.codecs import Codec, _registry, codec_names, get_codec
+from chunkstore.codecs import Codec, TrainableCodec, _registry, codec_names, get_codec
 from chunkstore.errors import CodecConfigError, MissingBackendError
 from chunkstore.testing.codecs import CodecTests, sample_array
 
@@ -26,8 +26,10 @@ def build(name: str) -> Codec:
         rng = np.random.default_rng(0)
         base = sample_array(np.uint8, (84, 84), seed=1)
         frames = [np.roll(base, s, axis=1) ^ (rng.random(base.shape) < 0.02) for s in range(256)]
-        codec = get_codec(name.removesuffix(" trained")).trained(frames)  # type: ignore[attr-defined]
-        assert not codec.wants_training, "zstd could not train a dictionary from these frames"
+        untrained = get_codec(name.removesuffix(" trained"))
+        assert isinstance(untrained, TrainableCodec)
+        codec = untrained.trained(frames)
+        assert isinstance(codec, TrainableCodec) and not codec.wants_training, "zstd trained no dictionary"
         return codec
     return get_codec(name)
 
