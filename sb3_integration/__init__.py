@@ -15,74 +15,48 @@ Where each buffer lives: :mod:`sb3_integration.buffers.replay` (``CompressedRepl
 ``CompressedDictReplayBuffer``, ``CompressedNStepReplayBuffer``),
 :mod:`sb3_integration.buffers.her`, :mod:`sb3_integration.buffers.rollout` (``CompressedRolloutBuffer``,
 ``CompressedDictRolloutBuffer``), :mod:`sb3_integration.interop.compat` (``GpuReplayBuffer``,
-``GpuRolloutBuffer``).
+``GpuRolloutBuffer``). The module paths before 0.2 (``sb3_integration.replay``, ...) still import,
+with a ``DeprecationWarning`` naming the new one, until 0.4.0 (:mod:`sb3_integration._legacy`).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-#: where each name lives; names load on first use (PEP 562), so a process that needs only part
-#: of the package (a replay service's shard or writer, sb3_integration.distributed) does not
-#: import torch and SB3 for it
-_EXPORTS = {
-    "DEFAULT_CHUNK_LEN": "buffers.options", "DEFAULT_COMPRESSION": "buffers.options",
-    "CompressedReplayBuffer": "replay", "CompressedDictReplayBuffer": "replay",
-    "CompressedNStepReplayBuffer": "replay", "CompressedHerReplayBuffer": "her",
-    "CompressedRolloutBuffer": "rollout", "CompressedDictRolloutBuffer": "rollout",
-    "CodecFallbackWarning": "extra_buffers",
-    **dict.fromkeys([
+from sb3_integration import _legacy
+
+#: where each public name lives, each name once; names load on first use (PEP 562), so a process
+#: that needs only part of the package (a replay service's shard or writer,
+#: sb3_integration.distributed) does not import torch and SB3 for it
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "buffers.options": ("DEFAULT_CHUNK_LEN", "DEFAULT_COMPRESSION"),
+    "buffers.replay": ("CompressedReplayBuffer", "CompressedDictReplayBuffer", "CompressedNStepReplayBuffer"),
+    "buffers.her": ("CompressedHerReplayBuffer",),
+    "buffers.rollout": ("CompressedRolloutBuffer", "CompressedDictRolloutBuffer"),
+    "buffers.prioritized": (
+        "CompressedPrioritizedReplayBuffer", "CompressedPrioritizedDictReplayBuffer",
+        "CompressedPrioritizedNStepReplayBuffer", "PrioritizedReplayBufferSamples",
+        "PrioritizedDictReplayBufferSamples", "PrioritizedReplayMixin"),
+    "engine.frames": ("FrameStore", "StackLayout"),
+    "interop.extra_buffers": ("CodecFallbackWarning",),
+    "interop.compat": (
         "CompressedArray", "DummyCls", "GpuReplayBuffer", "GpuRolloutBuffer", "find_buffer_dtypes",
         "find_gpu_buffer_dtypes", "find_smallest_dtype", "has_igzip", "has_numba", "init_jit",
-        "numpy_dtype_to_torch"], "compat"),
-    "from_sb3_extra_buffers": "convert", "load_replay_buffer": "convert",
-    "FrameStore": "frames", "StackLayout": "frames",
-    **dict.fromkeys(["CompressedPrioritizedReplayBuffer", "CompressedPrioritizedDictReplayBuffer",
-                     "CompressedPrioritizedNStepReplayBuffer", "PrioritizedReplayBufferSamples",
-                     "PrioritizedDictReplayBufferSamples", "PrioritizedReplayMixin"], "prioritized"),
-    "PrioritizedDQN": "per_dqn", "PrioritizedQRDQN": "per_qrdqn",
+        "numpy_dtype_to_torch"),
+    "interop.convert": ("from_sb3_extra_buffers", "load_replay_buffer"),
+    "algorithms.per_dqn": ("PrioritizedDQN",),
+    "algorithms.per_qrdqn": ("PrioritizedQRDQN",),
 }
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 
-if TYPE_CHECKING:  # what the names are, for type checkers and readers
-    from sb3_integration.algorithms.per_dqn import PrioritizedDQN
-    from sb3_integration.algorithms.per_qrdqn import PrioritizedQRDQN
-    from sb3_integration.buffers.her import CompressedHerReplayBuffer
-    from sb3_integration.buffers.options import DEFAULT_CHUNK_LEN, DEFAULT_COMPRESSION
-    from sb3_integration.buffers.prioritized import (
-        CompressedPrioritizedDictReplayBuffer,
-        CompressedPrioritizedNStepReplayBuffer,
-        CompressedPrioritizedReplayBuffer,
-        PrioritizedDictReplayBufferSamples,
-        PrioritizedReplayBufferSamples,
-        PrioritizedReplayMixin,
-    )
-    from sb3_integration.buffers.replay import (
-        CompressedDictReplayBuffer,
-        CompressedNStepReplayBuffer,
-        CompressedReplayBuffer,
-    )
-    from sb3_integration.buffers.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
-    from sb3_integration.engine.frames import FrameStore, StackLayout
-    from sb3_integration.interop.compat import (
-        CompressedArray,
-        DummyCls,
-        GpuReplayBuffer,
-        GpuRolloutBuffer,
-        find_buffer_dtypes,
-        find_gpu_buffer_dtypes,
-        find_smallest_dtype,
-        has_igzip,
-        has_numba,
-        init_jit,
-        numpy_dtype_to_torch,
-    )
-    from sb3_integration.interop.convert import from_sb3_extra_buffers, load_replay_buffer
-    from sb3_integration.interop.extra_buffers import CodecFallbackWarning
+__all__ = sorted(_HOME)
+
+_legacy.install()  # the module paths before 0.2 (sb3_integration.replay, ...): see _legacy
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module 'sb3_integration' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"sb3_integration.{module}"), name)
@@ -91,40 +65,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
-
-
-__all__ = [
-    "DEFAULT_CHUNK_LEN",
-    "DEFAULT_COMPRESSION",
-    "CodecFallbackWarning",
-    "CompressedArray",
-    "CompressedDictReplayBuffer",
-    "CompressedDictRolloutBuffer",
-    "CompressedHerReplayBuffer",
-    "CompressedNStepReplayBuffer",
-    "CompressedPrioritizedDictReplayBuffer",
-    "CompressedPrioritizedNStepReplayBuffer",
-    "CompressedPrioritizedReplayBuffer",
-    "CompressedReplayBuffer",
-    "CompressedRolloutBuffer",
-    "DummyCls",
-    "FrameStore",
-    "GpuReplayBuffer",
-    "GpuRolloutBuffer",
-    "PrioritizedDQN",
-    "PrioritizedDictReplayBufferSamples",
-    "PrioritizedQRDQN",
-    "PrioritizedReplayBufferSamples",
-    "PrioritizedReplayMixin",
-    "StackLayout",
-    "find_buffer_dtypes",
-    "find_gpu_buffer_dtypes",
-    "find_smallest_dtype",
-    "from_sb3_extra_buffers",
-    "has_igzip",
-    "has_numba",
-    "init_jit",
-    "load_replay_buffer",
-    "numpy_dtype_to_torch",
-]
+    return sorted([*globals(), *_HOME])

@@ -22,7 +22,7 @@ from chunkstore.tiers import MemoryTier
 from chunkstore.tiers._segments import MIN_SEGMENT_BYTES
 from sb3_integration import CompressedReplayBuffer, CompressedRolloutBuffer
 from sb3_integration.engine._outputs import OUTPUT_BLOCK_MAX_BYTES
-from sb3_integration.frames import FrameStore
+from sb3_integration.engine.frames import FrameStore
 
 
 def fill_store(fs: FrameStore, steps: int, seed: int = 0) -> None:

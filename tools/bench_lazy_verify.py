@@ -136,7 +136,7 @@ def file_tiers(path: str) -> list[Any]:
 
 def time_consistency_check(buf: Any) -> float:
     """Seconds of the frame-store consistency check that every load and unpickle runs (issue 27)."""
-    from sb3_integration.frame_state import check_streams
+    from sb3_integration.engine.frame_state import check_streams
 
     total = 0.0
     for key, fs in buf.frame_stores.items():

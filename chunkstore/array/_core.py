@@ -32,10 +32,11 @@ from chunkstore.array._read import ReadPath
 from chunkstore.array._snapshot import STATE_VERSION, ArraySnapshot
 from chunkstore.array._table import ChunkTable
 from chunkstore.array._write import WritePath
-from chunkstore.array.frontend import check_count, check_geometry
+from chunkstore.array.frontend import check_geometry
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import Codec, get_codec
 from chunkstore.tiers import ChunkRef, MemoryTier, Tier, check_tier
+from chunkstore.validate import check_count
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",

@@ -14,12 +14,12 @@ checked arguments to the array's own storage through a few hooks:
 * ``_free_chunks(first, last)``: chunks ``first..last-1`` are dead;
 * ``_remap(capacity, src, dst)``: the checked chunk moves.
 
-:func:`check_geometry` is the one check of the constructor arguments both take.
+:func:`check_geometry` is the one check of the constructor arguments both take; counts are
+:func:`chunkstore.validate.check_count`'s (re-exported here).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +28,7 @@ import numpy as np
 
 from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.casting import lossless_cast
+from chunkstore.validate import check_count, is_int
 
 __all__ = ["WriteFrontEnd", "check_chunk", "check_chunks", "check_count", "check_geometry"]
 
@@ -67,7 +68,7 @@ def check_geometry(capacity: int, item_shape: tuple[int, ...] | int, dtype: Any,
 def check_chunk(name: str, c: Any, nchunks: int) -> int:
     """``c`` as a chunk index of array ``name`` (``0 .. nchunks - 1``): TypeError for what is not an
     int (``1.5``, ``True``), IndexError out of range (a negative index read another chunk)."""
-    if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)):
+    if not is_int(c):
         raise TypeError(f"{name}: a chunk index must be an int, got {type(c).__name__} {c!r}")
     if not 0 <= c < nchunks:
         raise IndexError(f"chunk {c} out of range for {name} ({nchunks} chunks)")
@@ -84,22 +85,6 @@ def check_chunks(name: str, chunks: Any, nchunks: int) -> np.ndarray:
     if bad.size:
         raise IndexError(f"chunk {int(flat[bad[0]])} out of range for {name} ({nchunks} chunks)")
     return flat.astype(np.int64, copy=False)
-
-
-def check_count(name: str, value: Any, minimum: int = 1) -> int:
-    """``value`` as an int ``>= minimum``; ``2.5``, ``"3"``, ``None`` and ``True`` are refused
-    (TypeError, or ValueError for a fraction or a value below ``minimum``; ``4.0`` is 4).
-
-    >>> check_count("chunk_len", np.int64(4)), check_count("chunk_len", 4.0)
-    (4, 4)
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if isinstance(value, (float, np.floating)) and not (math.isfinite(value) and float(value).is_integer()):
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class WriteFrontEnd:
@@ -149,7 +134,7 @@ class WriteFrontEnd:
         Those chunks read as zeros afterwards; partially covered chunks are kept.
         """
         for name, value in (("start", start), ("stop", stop)):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            if not is_int(value):
                 raise TypeError(f"{self.name}: discard's {name} must be an int, got {type(value).__name__} {value!r}")
         capacity = self.capacity
         start, stop = max(0, int(start)), min(capacity, int(stop))

@@ -16,8 +16,7 @@ from __future__ import annotations
 from chunkstore.codecs._base import Codec, TrainableCodec
 from chunkstore.codecs._blosc2 import Blosc2Codec
 from chunkstore.codecs._delta import XorDelta
-from chunkstore.codecs._gzip import GzipCodec
-from chunkstore.codecs._igzip import IGzipCodec
+from chunkstore.codecs._gzip import GzipCodec, IGzipCodec
 from chunkstore.codecs._lz4 import LZ4BlockCodec, LZ4FrameCodec
 from chunkstore.codecs._none import NoneCodec
 from chunkstore.codecs._registry import codec_from_config, codec_names, get_codec, register_codec

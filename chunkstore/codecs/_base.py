@@ -19,6 +19,7 @@ import numpy as np
 
 from chunkstore.codecs._util import check_level
 from chunkstore.errors import CodecConfigError
+from chunkstore.validate import is_int
 
 __all__ = ["Codec", "LevelledCodec", "TrainableCodec", "check_many", "resolve_codec"]
 
@@ -190,6 +191,6 @@ def check_many(chunks: Any, threads: Any) -> np.ndarray:
         shape = getattr(chunks, "shape", None)
         raise TypeError(f"encode_many: chunks must be a numpy array of shape (n_chunks, chunk_len, ...), "
                         f"got {type(chunks).__name__}{'' if shape is None else f' of shape {shape}'}")
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+    if not is_int(threads, minimum=1):
         raise ValueError(f"encode_many: threads must be an int >= 1, got {threads!r}")
     return chunks

@@ -112,6 +112,6 @@ class LZ4BlockCodec(LevelledCodec):
             raise size_error(self.name, size, out)
         try:
             raw = lz4.block.decompress(src, return_bytearray=True)
-        except lz4.block.LZ4BlockError as e:
+        except (lz4.block.LZ4BlockError, ValueError) as e:  # ValueError: a size prefix lz4 refuses
             raise DecodeError(f"{self.name}: {e}") from e
         return deliver(self.name, raw, out)

@@ -28,8 +28,7 @@ from chunkstore.codecs import _base
 from chunkstore.codecs._base import Codec
 from chunkstore.codecs._blosc2 import CNAMES, Blosc2Codec
 from chunkstore.codecs._delta import XorDelta
-from chunkstore.codecs._gzip import GzipCodec
-from chunkstore.codecs._igzip import IGzipCodec
+from chunkstore.codecs._gzip import GzipCodec, IGzipCodec
 from chunkstore.codecs._lz4 import LZ4BlockCodec, LZ4FrameCodec
 from chunkstore.codecs._none import NoneCodec
 from chunkstore.codecs._rle import RLECodec

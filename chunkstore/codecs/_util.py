@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
 
 from chunkstore.errors import CodecConfigError, CorruptChunkError
+from chunkstore.validate import is_int
 
 __all__ = [
     "DecodeError",
@@ -107,7 +107,7 @@ def bounded_stream(codec: str, dobj: Any, src: Any, out: np.ndarray) -> np.ndarr
 
 def check_level(codec: str, level: Any, lo: int, hi: int) -> int:
     """``level`` as an int in ``lo..hi``, else :class:`CodecConfigError`."""
-    if isinstance(level, bool) or not isinstance(level, numbers.Integral):
+    if not is_int(level):
         raise CodecConfigError(f"{codec} level must be an integer, got {level!r}")
     level = int(level)
     if not lo <= level <= hi:

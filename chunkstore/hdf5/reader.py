@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from chunkstore.array import ChunkedArray
-from chunkstore.array.frontend import check_count
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import codec_from_config
 from chunkstore.errors import CodecConfigError, CorruptChunkError, FormatError
@@ -23,14 +21,13 @@ from chunkstore.hdf5._meta import (
     read_extra,
     read_header,
 )
+from chunkstore.hdf5._progress import ChunkBar
 from chunkstore.hdf5.checksum import check_crc
 from chunkstore.hdf5.filetier import FileTier, MappedFile
 from chunkstore.tiers import MemoryTier, Tier, check_tier
+from chunkstore.validate import check_count
 
 __all__ = ["Store", "check_load_arguments", "chunk_spans", "load"]
-
-#: chunks between progress-bar updates
-BAR_STEP = 512
 
 
 @dataclass
@@ -117,7 +114,7 @@ def load(
         mapped = MappedFile(path, fd)
     arrays = {}
     try:
-        with _bar(sum(len(m.chunks) for m in metas), progress and not lazy) as bar:
+        with ChunkBar(sum(len(m.chunks) for m in metas), "load", progress and not lazy) as bar:
             for meta in metas:
                 check_locations(meta, mapped)
                 build = _lazy_array if lazy else _eager_array
@@ -214,7 +211,7 @@ ADOPT_BLOCK = 1 << 20
 
 
 def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
-                cache: LRUChunkCache | int | None, verify: bool | str | None, bar: tqdm) -> ChunkedArray:
+                cache: LRUChunkCache | int | None, verify: bool | str | None, bar: ChunkBar) -> ChunkedArray:
     chunks, offsets, nbytes, crcs = meta.sources()
     ftier = FileTier(mapped, chunks, offsets, nbytes, crcs, writable=tier, name=meta.name,
                      verify="always" if verify == "always" else verify is not False)
@@ -228,7 +225,7 @@ def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
 
 
 def _eager_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
-                 cache: LRUChunkCache | int | None, verify: bool | str | None, bar: tqdm) -> ChunkedArray:
+                 cache: LRUChunkCache | int | None, verify: bool | str | None, bar: ChunkBar) -> ChunkedArray:
     arr = new_array(meta, tier if tier is not None else MemoryTier(), cache, mapped.path,
                     own_tier=tier is None)  # a tier the caller gave stays the caller's
     chunks, offsets, nbytes, crcs = meta.sources()
@@ -239,12 +236,5 @@ def _eager_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
             check_crc(data, crcs[k], f"{meta.name}: chunk {c} in {mapped.path}",
                       array=meta.name, chunk=c)
         arr.put_chunk_bytes(c, data)
-        if k % BAR_STEP == BAR_STEP - 1:
-            bar.update(BAR_STEP)
-    bar.update(len(chunks) % BAR_STEP)
+        bar.step()
     return arr
-
-
-def _bar(total: int, progress: bool) -> tqdm:
-    return tqdm(total=total, unit="chunk", desc="load", disable=None if progress else True,
-                leave=False, unit_scale=True)

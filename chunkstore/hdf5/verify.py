@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
-from tqdm import tqdm
 
 from chunkstore.codecs import codec_from_config
 from chunkstore.errors import (
@@ -34,13 +33,12 @@ from chunkstore.hdf5._meta import (
     read_extra,
     read_header,
 )
+from chunkstore.hdf5._progress import ChunkBar
 from chunkstore.hdf5.checksum import check_crc
 from chunkstore.hdf5.filetier import MappedFile
 
 __all__ = ["Problem", "VerifyReport", "verify", "verify_report"]
 
-#: chunks between progress-bar updates
-BAR_STEP = 512
 #: ``buffer_format`` -> ``"module:function"``: ``function(path)`` returns one message per problem
 #: of the state saved there (imported on demand; not installed: the state is not checked)
 STATE_CHECKS = {"sb3_integration.replay_buffer": "sb3_integration.persistence:saved_state_problems"}
@@ -117,7 +115,7 @@ def verify_report(path: str | os.PathLike[str], *, progress: bool = False) -> Ve
         metas = _check_metadata(f, header, report)
         mapped = MappedFile(path, fd)
     try:
-        with _bar(sum(len(m.chunks) for m in metas), progress) as bar:
+        with ChunkBar(sum(len(m.chunks) for m in metas), "verify", progress) as bar:
             for meta in metas:
                 report.problems += _chunk_problems(meta, mapped, bar, report)
     finally:
@@ -186,7 +184,7 @@ def _index_problems(meta: ArrayMeta) -> list[Problem]:
     return out
 
 
-def _chunk_problems(meta: ArrayMeta, mapped: MappedFile, bar: tqdm,
+def _chunk_problems(meta: ArrayMeta, mapped: MappedFile, bar: ChunkBar,
                     report: VerifyReport) -> list[Problem]:
     try:
         codec = codec_from_config(meta.codec_config)
@@ -230,15 +228,8 @@ def _chunk_problems(meta: ArrayMeta, mapped: MappedFile, bar: tqdm,
     # zstd, lz4 and blosc2 release the GIL: decode on every core
     problems = []
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for k, problem in enumerate(pool.map(check, checks)):
+        for problem in pool.map(check, checks):
             if problem is not None:
                 problems.append(problem)
-            if k % BAR_STEP == BAR_STEP - 1:
-                bar.update(BAR_STEP)
-    bar.update(len(checks) % BAR_STEP)
+            bar.step()
     return problems
-
-
-def _bar(total: int, progress: bool) -> tqdm:
-    return tqdm(total=total, unit="chunk", desc="verify", disable=None if progress else True,
-                leave=False, unit_scale=True)

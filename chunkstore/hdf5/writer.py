@@ -13,7 +13,6 @@ from typing import Any
 import h5py
 import hdf5plugin
 import numpy as np
-from tqdm import tqdm
 
 from chunkstore.array import ChunkedArray
 from chunkstore.codecs import Codec, TrainableCodec
@@ -36,6 +35,7 @@ from chunkstore.hdf5._layout import (
     index_record,
     raw_bytes,
 )
+from chunkstore.hdf5._progress import ChunkBar
 from chunkstore.hdf5.checksum import crc32, record_crc
 from chunkstore.hdf5.source import ChunkSource, as_source
 
@@ -44,8 +44,6 @@ __all__ = ["save"]
 #: longer codec configs (a trained zstd dictionary) go to a dataset: attributes over
 #: 64 KB need HDF5's newest object-header format, which older readers lack
 MAX_ATTR_CHARS = 16 << 10
-#: chunks between progress-bar updates: tqdm per chunk would cost more than the write
-BAR_STEP = 512
 #: extras at least this large are compressed inside the file
 PACK_EXTRAS = 64 << 10
 #: HDF5 file format: 1.10 (2017) gives every metadata block a checksum of its own, so a
@@ -176,7 +174,7 @@ def _save(path: str, version: int, arrays: Mapping[str, Any], extras: dict[str, 
         name = _tempfile.writable_name(tmp, fd)
         h5py.File(name, "w", libver=LIBVER).close()
         _reserve.reserve(fd, need, path)
-        with h5py.File(name, "r+", libver=LIBVER) as f, _bar(total, progress) as bar:
+        with h5py.File(name, "r+", libver=LIBVER) as f, ChunkBar(total, "save", progress) as bar:
             checksums: dict[str, Any] = {"arrays": {}, "extras": {}}
             _write_header(f, version, list(sources), list(extras), attrs_json)
             for name, src in sources.items():
@@ -250,7 +248,7 @@ def _layout(src: ChunkSource, version: int, plain_readable: bool) -> tuple[str, 
     return ("chunkstore" if group > 1 else label), group
 
 
-def _write_array(f: h5py.File, name: str, src: ChunkSource, bar: tqdm, version: int,
+def _write_array(f: h5py.File, name: str, src: ChunkSource, bar: ChunkBar, version: int,
                  plain_readable: bool) -> dict[str, int]:
     """One chunked array; returns the CRC32s of its description, codec config and chunk table."""
     L, item_shape = src.chunk_len, src.item_shape
@@ -293,7 +291,7 @@ def _write_array(f: h5py.File, name: str, src: ChunkSource, bar: tqdm, version: 
 
 
 def _write_chunks(f: h5py.File, name: str, src: ChunkSource, dset: h5py.Dataset, *, pad_tail: bool,
-                  bar: tqdm) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
+                  bar: ChunkBar) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
     """Every stored chunk verbatim, one per HDF5 chunk; returns their CRC32s and sizes in
     the file, and the verbatim tail's (nbytes, CRC32).
 
@@ -316,13 +314,11 @@ def _write_chunks(f: h5py.File, name: str, src: ChunkSource, dset: h5py.Dataset,
             nbytes[k] = len(data)
         crcs[k] = crc32(data)
         write((c * L, *rest), data)
-        if k % BAR_STEP == BAR_STEP - 1:
-            bar.update(BAR_STEP)
-    bar.update(len(src.chunks) % BAR_STEP)
+        bar.step()
     return crcs, nbytes, tail
 
 
-def _write_groups(name: str, src: ChunkSource, dset: h5py.Dataset, group: int, bar: tqdm) -> np.ndarray:
+def _write_groups(name: str, src: ChunkSource, dset: h5py.Dataset, group: int, bar: ChunkBar) -> np.ndarray:
     """Stored chunks ``group`` slots at a time, concatenated verbatim into one HDF5 chunk each;
     returns each chunk's CRC32."""
     crcs = np.empty(len(src.chunks), dtype=np.uint32)
@@ -335,7 +331,7 @@ def _write_groups(name: str, src: ChunkSource, dset: h5py.Dataset, group: int, b
         for k, view in enumerate(members, start):
             crcs[k] = crc32(view)
         write((int(src.chunks[start]) // group * rows, *rest), b"".join(members))
-        bar.update(stop - start)
+        bar.step(stop - start)
     for _ in views:  # runs the source's own check that it held no more chunks than listed
         pass
     return crcs
@@ -421,8 +417,3 @@ def _fsync_dir(path: str) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _bar(total: int, progress: bool) -> tqdm:
-    return tqdm(total=total, unit="chunk", desc="save", disable=None if progress else True,
-                leave=False, unit_scale=True)

@@ -20,6 +20,7 @@ from chunkstore import Tier, get_codec
 from chunkstore.array import DEFAULT_CACHE_BYTES as CORE_CACHE_BYTES
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from chunkstore.tiers import check_tier
+from chunkstore.validate import is_int
 from sb3_integration.buffers.observations import stack_axis_order, subspaces
 from sb3_integration.engine.frames import FrameStore
 from sb3_integration.engine.options import StoreOptions
@@ -79,16 +80,15 @@ def parse_store_options(owner: type, compression_method: Any, kwargs: dict[str, 
     method = base["compression_method"] if compression_method is None else compression_method
     get_codec(method)  # a bad name fails here, listing the valid forms
     length = base["chunk_len"] if opt["chunk_len"] is None else opt["chunk_len"]
-    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+    if not is_int(length, minimum=1):
         raise ValueError(f"chunk_len must be an integer >= 1, got {opt['chunk_len']!r}")
     cache_bytes, tier, threads = opt["cache_bytes"], opt["tier"], opt["threads"]
-    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
+    if not is_int(cache_bytes, minimum=0):
         raise ValueError(f"cache_bytes must be an integer >= 0, got {cache_bytes!r}")
     if tier is not None and not isinstance(tier, Tier) and not callable(tier):
         raise TypeError(f"tier must be a chunkstore Tier (MemoryTier, DiskTier, HybridTier, "
                         f"DeviceTier), a zero-argument factory returning one, or None; got {tier!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                or threads < 1):
+    if threads is not None and not is_int(threads, minimum=1):
         raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
     dedup = check_frame_dedup(opt["frame_dedup"])
     device, budget = _device_options(opt["buffer_device"], opt["heap_bytes"], tier)
@@ -136,7 +136,7 @@ def check_frame_dedup(value: Any) -> bool:
 
 def check_positive_or_none(name: str, value: Any) -> None:
     """ValueError unless ``value`` is None or a positive int (not a bool)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
+    if value is not None and not is_int(value, minimum=1):
         raise ValueError(f"{name} must be a positive int or None, got {value!r}")
 
 

@@ -53,6 +53,7 @@ from stable_baselines3.common.buffers import (
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import Codec, LRUChunkCache, Tier, get_codec
+from chunkstore.validate import is_int
 from sb3_integration.buffers._closing import ClosableBuffer
 from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
 from sb3_integration.buffers.observations import subspaces
@@ -497,9 +498,9 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 def _check_position(state: dict[str, Any]) -> None:
     """A pickled buffer's ``pos`` and ``full`` in range (ValueError), before anything is rebuilt."""
     size, pos, full = state.get("buffer_size"), state.get("pos"), state.get("full")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+    if not is_int(size, minimum=1):
         raise ValueError(f"this pickled buffer is damaged: buffer_size is {size!r}")
-    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or not 0 <= pos < size:
+    if not is_int(pos, minimum=0, maximum=size - 1):
         raise ValueError(f"this pickled buffer is damaged: pos is {pos!r}, outside 0..{size - 1}")
     if not isinstance(full, (bool, np.bool_)):
         raise ValueError(f"this pickled buffer is damaged: full is {full!r}, not True or False")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.array.frontend import check_count
+from chunkstore.validate import check_count
 
 __all__ = ["count", "number", "seconds"]
 

@@ -3,7 +3,7 @@
 A service created with ``alpha`` keeps, in each shard, ``(p + epsilon) ** alpha`` per
 transition (:mod:`~sb3_integration.distributed.shard_priority`). A
 :class:`PrioritizedDistributedReplayBuffer` samples it as the local
-:class:`~sb3_integration.prioritized.CompressedPrioritizedReplayBuffer` samples one buffer:
+:class:`~sb3_integration.buffers.prioritized.CompressedPrioritizedReplayBuffer` samples one buffer:
 
 - each shard's share of a batch is stratified over the shards' priority masses as their
   latest replies gave them (every sample call asks every shard that is up, so a shard
@@ -125,7 +125,7 @@ class PriorityUpdates:
 class PrioritizedDistributedReplayBuffer(DistributedReplayBuffer):
     """A :class:`DistributedReplayBuffer` that samples a prioritized service by priority.
 
-    The local :class:`~sb3_integration.prioritized.CompressedPrioritizedReplayBuffer`'s API:
+    The local :class:`~sb3_integration.buffers.prioritized.CompressedPrioritizedReplayBuffer`'s API:
     ``sample()`` returns SB3's fields plus ``weights`` (float32 tensor on the buffer's device)
     and ``indices`` (numpy int64); ``update_priorities(indices, priorities)`` (1-D, finite,
     >= 0; ValueError and nothing sent otherwise); ``beta`` settable; ``alpha`` and

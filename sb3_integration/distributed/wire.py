@@ -14,7 +14,7 @@ transitions, 256 by default):
     Which codec of the service encoded the chunks (0: the service's codec before a
     dictionary was trained; 1: the codec the first trainer offered).
 ``layout``
-    ``(axis, width, depth)`` of the frame stack (see :class:`sb3_integration.stacking.StackLayout`).
+    ``(axis, width, depth)`` of the frame stack (see :class:`sb3_integration.engine.stacking.StackLayout`).
 ``chunk_env``, ``chunk_no``, ``chunk_nbytes``, ``chunk_data``
     Sealed, compressed chunks of ``chunk_len`` frames: env ``chunk_env[i]``'s stream chunk
     ``chunk_no[i]`` (frames ``chunk_no * chunk_len ...`` of that env's frame stream) is

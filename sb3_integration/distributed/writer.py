@@ -1,6 +1,6 @@
 """Writers: frames deduplicated and chunks compressed where the experience is born.
 
-:class:`ChunkWriter` (no Ray) keeps a small :class:`~sb3_integration.frames.FrameStore`
+:class:`ChunkWriter` (no Ray) keeps a small :class:`~sb3_integration.engine.frames.FrameStore`
 ring of the transitions not yet sent (frames kept raw: it is a staging area), and
 :meth:`ChunkWriter.drain` turns them into one
 :class:`~sb3_integration.distributed.wire.InsertMessage`: the chunks of frames each env

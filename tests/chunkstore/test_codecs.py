@@ -234,6 +234,16 @@ def test_pickle_round_trip(codec):
     assert np.array_equal(clone.decode(codec.encode(a)), raw(a))
 
 
+@pytest.mark.skipif(not HAVE_ISAL, reason="python-isal is not installed")
+def test_igzip_pickled_by_0_2_loads():
+    """0.1 and 0.2 pickled an igzip codec as ``chunkstore.codecs._igzip.IGzipCodec``; it lives in
+    ``_gzip`` now, beside the gzip codec it extends."""
+    codec = get_codec("igzip/3")
+    old = pickle.dumps(codec, protocol=2).replace(b"chunkstore.codecs._gzip\n", b"chunkstore.codecs._igzip\n")
+    assert b"chunkstore.codecs._igzip\n" in old
+    assert pickle.loads(old) == codec
+
+
 def test_thread_safety(codec):
     arrays = [make(np.uint8, (16, 21, 16), seed=s) for s in range(24)]
 

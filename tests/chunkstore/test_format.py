@@ -492,17 +492,18 @@ def test_failed_save_leaves_previous_file_and_no_temporary(tmp_path):
 _SELF_KILLING_SAVER = """
 import os, signal, sys, numpy as np
 from chunkstore import ChunkedArray, format as fmt
-from chunkstore.hdf5 import writer
+from chunkstore.hdf5 import _progress
 
 class KillAtFirstUpdate:  # stands in for tqdm: the first progress update is mid-write
     def __init__(self, *a, **k): pass
     def __enter__(self): return self
     def __exit__(self, *exc): pass
+    def close(self): pass
     def update(self, n):
         if n:
             os.kill(os.getpid(), signal.SIGKILL)
 
-writer.tqdm = KillAtFirstUpdate
+_progress.tqdm = KillAtFirstUpdate
 arr = ChunkedArray(4096, (8,), np.uint32, chunk_len=1, codec="zstd1", cache=0)
 arr[:] = np.arange(4096 * 8, dtype=np.uint32).reshape(4096, 8)
 fmt.save(sys.argv[1], {"a": arr}, progress=True)
@@ -569,6 +570,30 @@ def test_save_sigkilled_from_outside_leaves_previous_file_intact(saved_before):
     assert_intact(path, before, want)
 
 
+def test_the_progress_bar_hears_of_every_chunk_in_steps(monkeypatch):
+    """save, load and verify share one bar: tqdm is updated every STEP chunks, and the rest at the end."""
+    from chunkstore.hdf5 import _progress
+
+    updates = []
+
+    class Recorder:
+        def __init__(self, **kw):
+            assert kw["total"] == 1300 and kw["unit"] == "chunk"
+
+        def update(self, n):
+            updates.append(n)
+
+        def close(self):
+            updates.append("closed")
+
+    monkeypatch.setattr(_progress, "tqdm", Recorder)
+    with _progress.ChunkBar(1300, "load", True) as bar:
+        for _ in range(1000):
+            bar.step()
+        bar.step(300)  # a group of chunks at once (save's grouped layout)
+    assert updates == [_progress.STEP, 1300 - _progress.STEP, 0, "closed"]
+
+
 # -- readers for tools -------------------------------------------------------------------------
 def test_read_observations(tmp_path):
     arr = make_array()
@@ -591,7 +616,7 @@ def test_read_observations(tmp_path):
 # -- spaces as data ---------------------------------------------------------------------------
 def test_spaces_round_trip_as_json():
     spaces = pytest.importorskip("gymnasium.spaces")
-    from sb3_integration.spaces import space_from_dict, space_to_dict
+    from sb3_integration.persistence.spaces import space_from_dict, space_to_dict
 
     low = np.array([[-np.inf, 0.0], [-1.5, 2.0**-20]], np.float32)
     cases = [

@@ -304,7 +304,7 @@ def test_replay_buffer_on_every_tier_equals_sb3(tier, channels_last, tmp_path):
 
 def test_far_next_stacks_read_back(read_path):
     """A next stack written long after its row's observation: its delta is kept aside (FAR)."""
-    from sb3_integration.frames import FAR, NEXT, OBS, FrameStore
+    from sb3_integration.engine.frames import FAR, NEXT, OBS, FrameStore
 
     rng = np.random.default_rng(0)
     fs = FrameStore((1, 6, 5), np.uint8, n_rows=400, n_envs=2, chunk_len=4)

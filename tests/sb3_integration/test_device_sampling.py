@@ -46,7 +46,7 @@ from sb3_integration import (
     CompressedReplayBuffer,
     CompressedRolloutBuffer,
 )
-from sb3_integration.frames import FrameStore
+from sb3_integration.engine.frames import FrameStore
 
 cuda = pytest.mark.skipif(not th.cuda.is_available(), reason="needs CUDA")
 MAX_OPS = 40

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from sb3_integration.buffers.observations import coerce_obs
+from sb3_integration.buffers.sb3_checks import sb3_row
 from sb3_integration.errors import (
     ArgumentError,
     ArgumentKeyError,
@@ -29,7 +30,6 @@ from sb3_integration.errors import (
     UsageValueError,
     usage_error,
 )
-from sb3_integration.sb3_ops import sb3_row
 
 DTYPES = [np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.uint16, np.int32, np.int64, np.uint64,
                                 np.float16, np.float32, np.float64)]

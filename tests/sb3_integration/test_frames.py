@@ -12,7 +12,7 @@ from chunkstore import array as chunk_array
 from chunkstore.casting import lossless_cast
 from sb3_integration.buffers.observations import coerce_obs
 from sb3_integration.buffers.views import ObservationView
-from sb3_integration.frames import DETECT_MAX_PUTS, FrameStore, StackLayout, detect_layout
+from sb3_integration.engine.frames import DETECT_MAX_PUTS, FrameStore, StackLayout, detect_layout
 
 
 def fill_and_check(fs, stream, n_rows, n_envs):

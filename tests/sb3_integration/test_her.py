@@ -17,7 +17,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from chunkstore import FormatError
 from sb3_integration import CompressedHerReplayBuffer, CompressedReplayBuffer
-from sb3_integration.her import decode_infos, encode_infos
+from sb3_integration.buffers.her import decode_infos, encode_infos
 
 
 # -- helpers -----------------------------------------------------------------------------------

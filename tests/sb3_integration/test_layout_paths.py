@@ -1,5 +1,8 @@
 """The subpackage layout keeps old import paths and old pickles working, and new pickles name new paths.
 
+The old paths are served by ``sb3_integration._legacy``'s table: source that names one is warned
+(``DeprecationWarning``, the new path, the removal version); unpickling is not.
+
 ``tests/fixtures/pre_layout/buffers.pkl`` was pickled by the tree before the modules moved into
 subpackages (see ``make_fixture.py`` there): it names ``sb3_integration.replay``, ``.rollout``,
 ``.prioritized``, ``.frames``, ``.stacking`` and ``._common``.
@@ -13,6 +16,7 @@ import io
 import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -87,6 +91,7 @@ def test_new_pickles_name_the_new_paths():
 
 
 def _same_objects(old: str) -> None:
+    """The old path's names are the new module's (getattr in a call: not a line to warn)."""
     shim, real = importlib.import_module(f"sb3_integration.{old}"), importlib.import_module(
         f"sb3_integration.{OLD_PATHS[old]}")
     assert shim.__all__ == real.__all__ and shim.__all__
@@ -113,7 +118,7 @@ def test_the_old_zoo_path_gives_the_same_objects():
 
 
 def test_the_old_common_module_keeps_its_names():
-    from sb3_integration import _common
+    from sb3_integration import _common  # the import alone does not warn: the names it serves do
     from sb3_integration.buffers import observations, options, views
     from sb3_integration.engine import packing
 
@@ -122,6 +127,9 @@ def test_the_old_common_module_keeps_its_names():
     assert set(_common.__all__) <= set(homes)
     for name in _common.__all__:
         assert getattr(_common, name) is getattr(homes[name], name), name
+    assert "StoreOptions" in _common.__all__ and "StoreOptions" in dir(_common)
+    with pytest.warns(DeprecationWarning, match="import StoreOptions from sb3_integration.buffers.options"):
+        assert _common.StoreOptions is options.StoreOptions
 
 
 def test_every_public_name_of_the_package_resolves():
@@ -137,3 +145,51 @@ def test_python_m_zoo_still_runs_its_usage():
                           timeout=300)
     assert done.returncode != 0
     assert "usage: python -m sb3_integration.zoo {train,enjoy}" in done.stderr
+
+
+# -- who is warned: source that names an old path, not a pickle --------------------------------------
+
+def test_from_an_old_path_import_warns_with_the_new_path_and_the_removal():
+    with pytest.warns(DeprecationWarning, match=r"sb3_integration\.replay is deprecated and goes in 0\.4\.0: "
+                      r"import CompressedReplayBuffer from sb3_integration\.buffers\.replay") as seen:
+        from sb3_integration.replay import CompressedReplayBuffer
+    assert CompressedReplayBuffer is sb3_integration.CompressedReplayBuffer
+    assert [Path(w.filename).name for w in seen] == [Path(__file__).name]  # the line to edit
+
+
+def test_import_of_an_old_path_then_an_attribute_warns_at_the_attribute():
+    import sb3_integration.frames
+
+    with pytest.warns(DeprecationWarning, match=r"import FrameStore from sb3_integration\.engine\.frames"):
+        store = sb3_integration.frames.FrameStore
+    assert store is sb3_integration.FrameStore
+
+
+def test_an_unknown_name_of_an_old_path_is_an_attribute_error():
+    import sb3_integration.her
+
+    with pytest.raises(AttributeError, match=r"sb3_integration\.her.*no_such_name"):
+        sb3_integration.her.no_such_name  # noqa: B018
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("sb3_integration.no_such_module")
+
+
+def test_a_pickle_from_before_the_layout_loads_without_a_warning():
+    """Its class paths (``sb3_integration.replay``, ``._common``, ...) are data the reader cannot edit."""
+    for name in [m for m in sys.modules if m.split(".")[:2] in (["sb3_integration", old] for old in OLD_PATHS)
+                 and m.count(".") == 1 and not m.endswith(".persistence")]:
+        del sys.modules[name]  # the old paths imported afresh, by the unpickler
+    for unpickler in (pickle.Unpickler, pickle._Unpickler):  # the C one and the Python one
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            data = unpickler(io.BytesIO(FIXTURE.read_bytes())).load()
+        assert type(data["buffers"]["CompressedReplayBuffer"]) is sb3_integration.CompressedReplayBuffer
+
+
+def test_the_short_zoo_path_is_the_plugin_module_itself_without_a_warning():
+    if importlib.util.find_spec("rl_zoo3") is None:
+        pytest.skip("rl_zoo3 is not installed")
+    done = subprocess.run([sys.executable, "-W", "error", "-c", "import sb3_integration.zoo as z, "
+                           "sb3_integration.interop.zoo as real; assert z is real; print(z.NAMES)"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunkstore import native
-from sb3_integration.frames import FrameStore, StackLayout
+from sb3_integration.engine.frames import FrameStore, StackLayout
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native layer")
 

@@ -24,7 +24,7 @@ from sb3_integration import (
     CompressedReplayBuffer,
     CompressedRolloutBuffer,
 )
-from sb3_integration.frames import FrameStore
+from sb3_integration.engine.frames import FrameStore
 
 IMG = spaces.Box(0, 255, (4, 6, 5), np.uint8)
 ACT = spaces.Discrete(3)

@@ -13,7 +13,7 @@ from sb3_contrib.common.utils import quantile_huber_loss
 
 from sb3_integration import CompressedPrioritizedReplayBuffer, PrioritizedDQN, PrioritizedQRDQN
 from sb3_integration.algorithms._per_learner import PrioritizedLearnerMixin
-from sb3_integration.per_qrdqn import quantile_huber_per_sample
+from sb3_integration.algorithms.per_qrdqn import quantile_huber_per_sample
 
 KW = dict(learning_starts=100, batch_size=32, train_freq=4, target_update_interval=200,
           policy_kwargs={"net_arch": [32], "n_quantiles": 8}, buffer_size=5000, device="cpu")

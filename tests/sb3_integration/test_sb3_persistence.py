@@ -210,7 +210,7 @@ def test_saved_state_covers_every_attribute():
     """A new attribute on the buffers or FrameStore must be in its state object (or rebuilt)."""
     import dataclasses
 
-    from sb3_integration.frames import FrameStoreState
+    from sb3_integration.engine.frames import FrameStoreState
 
     rebuilt = {"options",  # codec, chunk_len, tier, threads, dedup, device, budget_bytes: the constructor's
                "cache", "budget", "axis_order", "name", "_lock", "_closed",
@@ -228,7 +228,7 @@ def test_saved_state_covers_every_attribute():
                     "store_options", "small_arrays", "_columns", "obs_shape", "action_dim", "observations",
                     "next_observations", "_plan", "_memo", "_owned", "_lock", "buffer_device",
                     *replay._SMALL_ARRAYS}
-    # sb3-extra-buffers' options (sb3_integration.extra_buffers): saved as constructor arguments, or rebuilt
+    # sb3-extra-buffers' options (sb3_integration.interop.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
               "version"}
     for cls, space, kw in [(CompressedReplayBuffer, IMG, {}), (CompressedDictReplayBuffer, DICT, {}),
