@@ -263,6 +263,7 @@ class PrioritizedReplayMixin:
 
     def _finish_draw(self, draw: Draw, samples: Any) -> Any:
         """The read ``samples`` with weights and indices; the draw's generations kept for ``update_priorities``."""
+        assert draw.envs is not None  # a prioritized draw picks transitions, envs included
         slots = draw.rows * self.n_envs + draw.envs
         with self._lock:
             key = slots.tobytes()  # by value: copies and tensors of these indices find it too

@@ -180,9 +180,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         describe(self, extra, observation_space)
         self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
                            small_arrays=small_arrays)
-        self._prefetch_seed = prefetch_seed
-        self._prefetch_rng = prefetch_generator(prefetch_seed) if prefetch else None
-        self._prefetch_k = prefetch
+        if prefetch or prefetch_seed is not None:  # else none of it: a buffer without prefetch is as before
+            self._prefetch_seed = prefetch_seed
+            self._prefetch_rng = prefetch_generator(prefetch_seed) if prefetch else None
+            self._prefetch_k = prefetch
 
     @classmethod
     def from_sb3_extra_buffers(cls: type[B], source: Any, **kwargs: Any) -> B:
@@ -338,9 +339,9 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
         """SB3's ``sample``; from an empty buffer, SB3's error (numpy's ``high <= 0``) says why too.
 
-        The sampler draws the rows and envs with SB3's calls on numpy's global generator, and
-        the storage reads them as SB3's ``_get_samples`` does: SB3's samples, bit for bit. With
-        ``prefetch``, a batch drawn ahead (see :mod:`sb3_integration.samplers.prefetch`).
+        The sampler draws the rows with SB3's call on numpy's global generator, and SB3's
+        ``_get_samples`` draws the envs and reads them: SB3's samples, bit for bit (its errors
+        too). With ``prefetch``, a batch drawn ahead (see :mod:`sb3_integration.samplers.prefetch`).
         """
         if not self.size():  # type: ignore[attr-defined]
             return like_sb3(lambda: super(_CompressedReplayMixin, self).sample(batch_size, env=env),  # type: ignore[misc]
@@ -351,7 +352,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         return self._finish_draw(draw, self._read_draw(draw, env))
 
     def _read_draw(self, draw: Draw, env: VecNormalize | None = None) -> Any:
-        """The storage's read of a draw: what SB3's ``_get_samples`` returns for its rows when it draws its envs."""
+        """The storage's read of a draw: SB3's ``_get_samples`` of its rows (which draws the envs when the
+        draw leaves them to it), or the same computation for the envs drawn."""
+        if draw.envs is None:
+            return self._get_samples(draw.rows, env=env)
         return self._batch(draw.rows, lambda: read_samples(self, draw.rows, draw.envs, env))
 
     def _finish_draw(self, draw: Draw, samples: Any) -> Any:

@@ -25,13 +25,14 @@ class Draw(NamedTuple):
     """One batch's draw: which transitions, and what a prioritized draw adds.
 
     ``rows`` and ``envs`` are int arrays of the batch's length (transition
-    ``rows[i] * n_envs + envs[i]``); ``weights`` (float32 importance weights) and
+    ``rows[i] * n_envs + envs[i]``); ``envs`` None leaves the envs to the read (SB3's
+    ``_get_samples`` draws them); ``weights`` (float32 importance weights) and
     ``generations`` (of the slots when drawn, for stale-update checks) only from
     a prioritized sampler.
     """
 
     rows: np.ndarray
-    envs: np.ndarray
+    envs: np.ndarray | None
     weights: np.ndarray | None = None
     generations: np.ndarray | None = None
 
