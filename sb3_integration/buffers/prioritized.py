@@ -239,7 +239,9 @@ class PrioritizedReplayMixin:
             return super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error
         if batch_size == 0:  # SB3's empty fields (SB3 draws nothing for them either)
             none = np.zeros(0, np.int64)
-            samples = self._read_draw(Draw(none, none), env)  # type: ignore[attr-defined]
+            with self._lock:  # read here, not on a prefetch worker: none of its reads may run meanwhile
+                self._quiesce()  # type: ignore[attr-defined]
+                samples = self._read_draw(Draw(none, none), env)  # type: ignore[attr-defined]
             return self._prioritized(samples, none, np.zeros(0, np.float32))
         if self.prefetch:  # type: ignore[attr-defined]
             return self._prefetched(batch_size, env)  # type: ignore[attr-defined]
