@@ -265,7 +265,7 @@ class PrioritizedReplayMixin:
 
     def _finish_draw(self, draw: Draw, samples: Any) -> Any:
         """The read ``samples`` with weights and indices; the draw's generations kept for ``update_priorities``."""
-        assert draw.envs is not None  # a prioritized draw picks transitions, envs included
+        assert draw.envs is not None and draw.generations is not None and draw.weights is not None  # prioritized draws
         slots = draw.rows * self.n_envs + draw.envs
         with self._lock:
             key = slots.tobytes()  # by value: copies and tensors of these indices find it too
@@ -273,7 +273,6 @@ class PrioritizedReplayMixin:
             self._pending.move_to_end(key)
             while len(self._pending) > PENDING_SAMPLES:
                 self._pending.popitem(last=False)
-        assert draw.weights is not None
         return self._prioritized(samples, slots, draw.weights)
 
     def _prioritized(self, samples: Any, slots: np.ndarray, weights: np.ndarray) -> Any:

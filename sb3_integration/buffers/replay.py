@@ -117,6 +117,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     _sampler: Sampler = UniformSampler()
     #: whether ``prefetch`` may be set (HER relabels goals in SB3's own ``sample()``)
     _prefetch_supported = True
+    _batch_thread: int | None  # the thread in _batch() now (None: none)
 
     buffer_size: int
     n_envs: int
@@ -354,9 +355,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def _read_draw(self, draw: Draw, env: VecNormalize | None = None) -> Any:
         """The storage's read of a draw: SB3's ``_get_samples`` of its rows (which draws the envs when the
         draw leaves them to it), or the same computation for the envs drawn."""
-        if draw.envs is None:
-            return self._get_samples(draw.rows, env=env)
-        return self._batch(draw.rows, lambda: read_samples(self, draw.rows, draw.envs, env))
+        rows, envs = draw.rows, draw.envs
+        if envs is None:
+            return self._get_samples(rows, env=env)
+        return self._batch(rows, lambda: read_samples(self, rows, envs, env))
 
     def _finish_draw(self, draw: Draw, samples: Any) -> Any:
         """What ``sample()`` returns for a read draw (a prioritized buffer adds weights and indices)."""
@@ -385,13 +387,14 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             prefetcher = self.__dict__.get("_prefetcher")
             if prefetcher is None:
                 prefetcher = self._prefetcher = Prefetcher(self._prefetch_k)
-            job = prefetcher.take(self, batch_size, env, self._prefetch_rng)
+            job = prefetcher.take(self, batch_size, env, self._prefetch_rng)  # type: ignore[arg-type]  # set with k
         try:
             samples = job.future.result()
         except BaseException:
             with self._lock:
                 prefetcher.drop()
             raise
+        assert job.draw is not None  # a job without a draw failed, and its result() raised
         return self._finish_draw(job.draw, samples)
 
     def _quiesce(self) -> None:
