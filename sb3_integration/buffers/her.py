@@ -55,6 +55,7 @@ class _HerStorage(CompressedDictReplayBuffer):
     """The compressed Dict storage under HER: takes HER's ``super().__init__`` call, adds the options."""
 
     _store_options: dict[str, Any]
+    _prefetch_supported = False  # HER's sample() is SB3's (goals relabelled with numpy's global generator)
 
     def __init__(self, buffer_size: int, observation_space: spaces.Dict, action_space: spaces.Space,
                  device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,

@@ -35,13 +35,13 @@ import torch as th
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore.priority import PriorityIndex
-from sb3_integration.buffers._prioritized_reads import read_samples
 from sb3_integration.buffers.replay import (
     CompressedDictReplayBuffer,
     CompressedNStepReplayBuffer,
     CompressedReplayBuffer,
 )
 from sb3_integration.persistence.priorities import check_masses_stored, saved_priorities
+from sb3_integration.samplers import Draw, PrioritizedSampler, Sampler, priority_masses
 
 __all__ = [
     "PENDING_SAMPLES",
@@ -133,17 +133,21 @@ def checked_update(indices: Any, priorities: Any, alpha: float,
     pri = pri.astype(np.float64)
     if pri.size and not (np.isfinite(pri).all() and pri.min() >= 0):
         raise ValueError("priorities must be finite and >= 0")
-    with np.errstate(over="ignore"):
-        masses = (pri + epsilon) ** alpha
-    if masses.size and masses.max() > np.finfo(np.float32).max:
-        raise ValueError("priorities ** alpha must fit in float32")
     if idx.size and idx.dtype.kind == "u" and int(idx.max()) > np.iinfo(np.int64).max:  # a cast would wrap it
         raise ValueError(f"indices must be stored transitions; got {int(idx.max())}")
-    return idx.astype(np.int64), pri, masses
+    return idx.astype(np.int64), pri, priority_masses(pri, alpha, epsilon)
 
 
 class PrioritizedReplayMixin:
-    """Priorities over a compressed replay buffer (put before the buffer class)."""
+    """Priorities over a compressed replay buffer (put before the buffer class).
+
+    ``sample()`` draws with :class:`~sb3_integration.samplers.prioritized.PrioritizedSampler`
+    (over :meth:`_draw_slots`); with ``prefetch``, a batch drawn ahead holds the priorities,
+    weights and generations of its draw (``update_priorities`` of the batches before it
+    does not change it).
+    """
+
+    _sampler: Sampler = PrioritizedSampler()
 
     buffer_size: int
     n_envs: int
@@ -233,29 +237,45 @@ class PrioritizedReplayMixin:
             raise TypeError(f"batch_size must be an int, got {batch_size!r} ({type(batch_size).__name__})")
         if batch_size < 0:
             raise ValueError(f"batch_size must be >= 0, got {batch_size}")
-        if not self.size() or batch_size == 0:  # type: ignore[attr-defined]
-            samples = super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error, or empty fields
-            return self._prioritized(samples, np.zeros(0, np.int64), np.zeros(0, np.float32))
+        if not self.size():  # type: ignore[attr-defined]
+            return super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error
+        if batch_size == 0:  # SB3's empty fields (SB3 draws nothing for them either)
+            none = np.zeros(0, np.int64)
+            with self._lock:  # read here, not on a prefetch worker: none of its reads may run meanwhile
+                self._quiesce()  # type: ignore[attr-defined]
+                samples = self._read_draw(Draw(none, none), env)  # type: ignore[attr-defined]
+            return self._prioritized(samples, none, np.zeros(0, np.float32))
+        if self.prefetch:  # type: ignore[attr-defined]
+            return self._prefetched(batch_size, env)  # type: ignore[attr-defined]
+        draw = self._sampler.sample(self, batch_size)
+        return self._finish_draw(draw, self._read_draw(draw, env))  # type: ignore[attr-defined]
+
+    def _draw_slots(self, batch_size: int, rng: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``batch_size`` slots stratified by mass (``rng``: None for numpy's global generator), their
+        importance weights and generations: the draw :class:`PrioritizedSampler` makes."""
         with self._lock:
             if self._priorities.total <= 0:
                 raise ValueError("every stored transition has priority 0 (epsilon=0 and priorities of 0): "
                                  "nothing can be sampled")
-            slots, masses, gens = self._priorities.sample(batch_size)
+            slots, masses, gens = self._priorities.sample(batch_size, rng)
             stored = self.pos * self.n_envs
             if not self.full and slots[-1] >= stored:  # slots come in order: only after an interrupted add
                 self._priorities.update(np.arange(stored, stored + self.n_envs), 0.0)  # its row: no mass
-                slots, masses, gens = self._priorities.sample(batch_size)
+                slots, masses, gens = self._priorities.sample(batch_size, rng)
             low = self._priorities.min
-        weights = importance_weights(masses, low, self._beta)
-        rows, envs = slots // self.n_envs, slots % self.n_envs
-        samples = self._batch(rows, lambda: read_samples(self, rows, envs, env))  # type: ignore[attr-defined]
+        return slots, importance_weights(masses, low, self._beta), gens
+
+    def _finish_draw(self, draw: Draw, samples: Any) -> Any:
+        """The read ``samples`` with weights and indices; the draw's generations kept for ``update_priorities``."""
+        assert draw.envs is not None and draw.generations is not None and draw.weights is not None  # prioritized draws
+        slots = draw.rows * self.n_envs + draw.envs
         with self._lock:
             key = slots.tobytes()  # by value: copies and tensors of these indices find it too
-            self._pending[key] = gens
+            self._pending[key] = draw.generations
             self._pending.move_to_end(key)
             while len(self._pending) > PENDING_SAMPLES:
                 self._pending.popitem(last=False)
-        return self._prioritized(samples, slots, weights)
+        return self._prioritized(samples, slots, draw.weights)
 
     def _prioritized(self, samples: Any, slots: np.ndarray, weights: np.ndarray) -> Any:
         """SB3's ``samples`` with ``weights`` (on ``device``) and ``indices`` (on ``buffer_device`` if set)."""

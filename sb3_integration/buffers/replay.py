@@ -55,6 +55,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from chunkstore import Codec, LRUChunkCache, Tier, get_codec
 from chunkstore.validate import is_int
 from sb3_integration.buffers._closing import ClosableBuffer
+from sb3_integration.buffers._prioritized_reads import read_samples
 from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
 from sb3_integration.buffers.observations import subspaces
 from sb3_integration.buffers.options import (
@@ -78,6 +79,8 @@ from sb3_integration.interop.extra_buffers import (
 )
 from sb3_integration.interop.sources import convert_into
 from sb3_integration.persistence.files import ReplayFiles
+from sb3_integration.samplers import Draw, Prefetcher, Sampler, UniformSampler, check_prefetch
+from sb3_integration.samplers.prefetch import prefetch_generator
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -107,7 +110,15 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     """Observation storage shared by the replay buffers (put before the SB3 class).
 
     ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence.files`.
+    ``sample()`` asks :attr:`_sampler` for a :class:`~sb3_integration.samplers.base.Draw` and
+    reads it (:meth:`_read_draw`); ``prefetch=k`` does both ahead (:mod:`sb3_integration.samplers.prefetch`).
     """
+
+    #: what ``sample()`` draws with (stateless: shared by every buffer of the class)
+    _sampler: Sampler = UniformSampler()
+    #: whether ``prefetch`` may be set (HER relabels goals in SB3's own ``sample()``)
+    _prefetch_supported = True
+    _batch_thread: int | None  # the thread in _batch() now (None: none)
 
     buffer_size: int
     n_envs: int
@@ -154,6 +165,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         SB3's constructors run them; SB3's full-size arrays are checked (the errors
         their shapes raise), not allocated.
         """
+        prefetch = check_prefetch(store_options.pop("prefetch", None))
+        prefetch_seed = store_options.pop("prefetch_seed", None)
+        if prefetch and not self._prefetch_supported:
+            raise ValueError(f"{type(self).__name__} does not take prefetch (it samples with SB3's own code)")
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=compression_method, compression_kwargs=compression_kwargs,
@@ -167,6 +182,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         describe(self, extra, observation_space)
         self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
                            small_arrays=small_arrays)
+        if prefetch or prefetch_seed is not None:  # else none of it: a buffer without prefetch is as before
+            self._prefetch_seed = prefetch_seed
+            self._prefetch_rng = prefetch_generator(prefetch_seed) if prefetch else None
+            self._prefetch_k = prefetch
 
     @classmethod
     def from_sb3_extra_buffers(cls: type[B], source: Any, **kwargs: Any) -> B:
@@ -259,6 +278,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         """
         obs_in, next_in, small = check_replay_add(self, obs, next_obs, action, reward, done, infos)
         with self._lock:
+            self._quiesce()  # batches drawn ahead read the rows as they were drawn: before this write
             # an interrupt anywhere below leaves only row pos torn (pos has not moved), and the
             # next add rewrites it: the frame stores keep every other row intact
             pos = self.pos
@@ -292,6 +312,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
     def reset(self) -> None:
         with self._lock:
+            self._stop_prefetch()
             super().reset()  # type: ignore[misc]
             for store in self._stores.values():
                 store.clear()
@@ -307,6 +328,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         """Give the storage back now: every frame store's (and their tiers), the small arrays',
         and a tier instance given to the constructor. The buffer cannot be used afterwards."""
         with self._lock:
+            self._stop_prefetch()
             for store in self._stores.values():
                 store.close()
             if self._columns is not None:
@@ -317,11 +339,81 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
     # -- reading ---------------------------------------------------------------------------
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
-        """SB3's ``sample``; from an empty buffer, SB3's error (numpy's ``high <= 0``) says why too."""
-        if self.size():  # type: ignore[attr-defined]
-            return super().sample(batch_size, env=env)  # type: ignore[misc]
-        return like_sb3(lambda: super(_CompressedReplayMixin, self).sample(batch_size, env=env),  # type: ignore[misc]
-                        "sample() from an empty buffer: add transitions first", argument=False)
+        """SB3's ``sample``; from an empty buffer, SB3's error (numpy's ``high <= 0``) says why too.
+
+        The sampler draws the rows with SB3's call on numpy's global generator, and SB3's
+        ``_get_samples`` draws the envs and reads them: SB3's samples, bit for bit (its errors
+        too). With ``prefetch``, a batch drawn ahead (see :mod:`sb3_integration.samplers.prefetch`).
+        """
+        if not self.size():  # type: ignore[attr-defined]
+            return like_sb3(lambda: super(_CompressedReplayMixin, self).sample(batch_size, env=env),  # type: ignore[misc]
+                            "sample() from an empty buffer: add transitions first", argument=False)
+        if self.__dict__.get("_prefetch_k"):
+            return self._prefetched(batch_size, env)
+        draw = self._sampler.sample(self, batch_size)
+        return self._finish_draw(draw, self._read_draw(draw, env))
+
+    def _read_draw(self, draw: Draw, env: VecNormalize | None = None) -> Any:
+        """The storage's read of a draw: SB3's ``_get_samples`` of its rows (which draws the envs when the
+        draw leaves them to it), or the same computation for the envs drawn."""
+        rows, envs = draw.rows, draw.envs
+        if envs is None:
+            return self._get_samples(rows, env=env)
+        return self._batch(rows, lambda: read_samples(self, rows, envs, env))
+
+    def _finish_draw(self, draw: Draw, samples: Any) -> Any:
+        """What ``sample()`` returns for a read draw (a prioritized buffer adds weights and indices)."""
+        return samples
+
+    # -- prefetch ----------------------------------------------------------------------------
+    @property
+    def prefetch(self) -> int:
+        """Batches drawn and read ahead on a worker thread (0: off); settable, see
+        :mod:`sb3_integration.samplers.prefetch`."""
+        return int(self.__dict__.get("_prefetch_k", 0))
+
+    @prefetch.setter
+    def prefetch(self, value: int | None) -> None:
+        k = check_prefetch(value)
+        if k and not self._prefetch_supported:
+            raise ValueError(f"{type(self).__name__} does not take prefetch (it samples with SB3's own code)")
+        with self._lock:
+            self._stop_prefetch()
+            if k and self.__dict__.get("_prefetch_rng") is None:
+                self._prefetch_rng = prefetch_generator(self.__dict__.get("_prefetch_seed"))
+            self._prefetch_k = k
+
+    def _prefetched(self, batch_size: int, env: VecNormalize | None) -> Any:
+        with self._lock:
+            prefetcher = self.__dict__.get("_prefetcher")
+            if prefetcher is None:
+                prefetcher = self._prefetcher = Prefetcher(self._prefetch_k)
+            job = prefetcher.take(self, batch_size, env, self._prefetch_rng)  # type: ignore[arg-type]  # set with k
+        try:
+            samples = job.future.result()
+        except BaseException:
+            with self._lock:
+                prefetcher.drop()
+            raise
+        assert job.draw is not None  # a job without a draw failed, and its result() raised
+        return self._finish_draw(job.draw, samples)
+
+    def _quiesce(self) -> None:
+        """Wait until the batches drawn ahead are read (called holding the lock, before a write)."""
+        prefetcher = self.__dict__.get("_prefetcher")
+        if prefetcher is not None:
+            prefetcher.quiesce()
+
+    def _stop_prefetch(self) -> None:
+        """Drop the batches drawn ahead and stop the worker thread (the next sample() starts one)."""
+        prefetcher = self.__dict__.pop("_prefetcher", None)
+        if prefetcher is not None:
+            prefetcher.close()
+
+    def state_dict(self) -> Any:
+        with self._lock:
+            self._quiesce()  # an n-step read marks a row truncated while it runs, as SB3's does
+            return super().state_dict()
 
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """The (which, rows) reads SB3's ``_get_samples`` will make for ``batch_inds``."""
@@ -335,6 +427,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
     def _batch(self, batch_inds: np.ndarray, read: Callable[[], Any]) -> Any:
         """``read()`` (SB3's reads of the rows ``batch_inds``) with every stack fetched in one pass per key."""
+        # a prefetch worker's plan: other threads read around it (set before the plan they check first)
+        self._batch_thread = threading.get_ident()
         self._plan = self._sample_plan(np.asarray(batch_inds))
         self._memo, self._owned = {}, {}
         if self._columns is not None:
@@ -342,7 +436,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         try:
             samples = read()
         finally:
-            self._plan, self._memo, self._owned = None, {}, {}
+            self._plan, self._memo, self._owned, self._batch_thread = None, {}, {}, None
             if self._columns is not None:
                 self._columns.end_batch()
         return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
@@ -358,7 +452,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
     def _read(self, key: Any, which: int, rows: np.ndarray, envs: np.ndarray) -> Any:
         store = self._stores[key]
-        if self._plan is None:  # not a sample: numpy, as SB3's arrays (a copy from the device)
+        if self._plan is None or self.__dict__.get("_batch_thread") not in (None, threading.get_ident()):
+            # not a sample (or another thread's read during a prefetch worker's): numpy, as SB3's arrays
             return to_host(store.gather([self._remap(which, rows)], envs)[0])
         memo = self._memo.get(key)
         if memo is None:  # first read of this key in this batch: fetch the whole plan with it
@@ -445,8 +540,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     # -- pickling: one moment of the buffer, through the frame stores' state ------------------
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:  # the writer is held out while the moment is captured
+            self._quiesce()
             state = self.__dict__.copy()
-            for name in ("observations", "next_observations", "_plan", "_memo", "_owned", "_lock", "_add_signature"):
+            for name in ("observations", "next_observations", "_plan", "_memo", "_owned", "_lock", "_add_signature",
+                         "_prefetcher", "_batch_thread"):
                 state.pop(name, None)
             # a pickled buffer loads into RAM: no tier, which may hold locks, open files or a
             # lambda, goes into the pickle

@@ -29,22 +29,16 @@ import numpy as np
 
 from chunkstore.priority import GENERATION_DTYPE, PriorityIndex
 from sb3_integration.distributed.wire import SampleReply
+from sb3_integration.samplers.prioritized import priority_masses
 
 __all__ = ["ShardPriorities", "masses_of"]
-
-_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def masses_of(priorities: np.ndarray, alpha: float, epsilon: float, *, clamp: bool = False) -> np.ndarray:
     """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN); ValueError when one overflows float32,
-    or (``clamp``) float32's largest value in its place."""
-    with np.errstate(over="ignore"):
-        m = np.power(np.asarray(priorities, np.float64) + epsilon, alpha)
-    if clamp:
-        return np.minimum(m, _F32_MAX)  # NaN stays NaN
-    if m.size and np.nanmax(m, initial=0.0) > _F32_MAX:
-        raise ValueError("priorities ** alpha must fit in float32")
-    return m
+    or (``clamp``) float32's largest value in its place: the host buffers' formula,
+    :func:`~sb3_integration.samplers.prioritized.priority_masses`."""
+    return priority_masses(priorities, alpha, epsilon, clamp=clamp)
 
 
 class ShardPriorities:

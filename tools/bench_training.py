@@ -1,0 +1,294 @@
+"""Training as users run it: SB3's replay buffer against ours, with and without ``prefetch`` (issue 38, item 5).
+
+Each arm runs in a fresh process of its own (``run_fresh``), one at a time, the arms taking
+turns (their order alternates every round), ``--rounds`` rounds; a rate is the best over the
+rounds (other processes on a shared machine only ever slow an arm down) and each round's ratio
+to SB3's arm of the same round is kept too. Arms:
+
+* ``sb3``: SB3's own ``ReplayBuffer``;
+* ``ours``: :class:`~sb3_integration.CompressedReplayBuffer` (prefetch off: SB3's samples, so
+  training ends with SB3's parameters, bit for bit; the table says whether it did);
+* ``ours-prefetch``: the same with ``prefetch=--prefetch`` (batches drawn from the buffer's own
+  generator: not SB3's indices, so other parameters).
+
+Scenarios (``--scenarios``):
+
+* ``sac-vec``, ``td3-vec``: SB3's SAC / TD3, ``MlpPolicy``, SB3's default ``buffer_size``
+  (1M) and batch size, on gymnasium's ``HalfCheetah-v5`` when ``import mujoco`` works, else an
+  env with its shapes ((17,) float32 observations, (6,) actions, cheap made-up dynamics);
+* ``sac-pendulum``: SAC on ``Pendulum-v1`` ((3,) observations);
+* ``dqn-atari-32``, ``dqn-atari-256``: SB3's DQN, ``CnnPolicy``, on real Pong frames
+  (``make_atari_env`` + ``VecFrameStack(4)``), ``batch_size`` 32 / 256, ``buffer_size``
+  ``--atari-buffer``;
+* ``learner-atari-32``, ``learner-vec-256``: no network: a loop of one ``add()``, one
+  ``sample()`` and a learner step that holds no GIL for ``--step-ms`` (``time.sleep``, a
+  stand-in for a GPU step), on real MsPacman stacks (``tools/atari_data.py``) or HalfCheetah-shaped
+  vectors. It shows what sampling ahead hides: the time the learner waits in ``sample()``.
+
+Rates are env steps per second of the training phase (after ``learning_starts``; the loop
+scenarios: iterations per second). Torch runs one thread per arm.
+
+Examples
+--------
+    .venv/bin/python tools/bench_training.py --out results/bench_training.json
+    .venv/bin/python tools/bench_training.py --steps 300 --rounds 3 --scenarios sac-vec,learner-atari-32
+    .venv/bin/python tools/bench_training.py --glibc both   # also with SB3 spared its page faults
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from _bench_common import ensure_importable, md_table, run_fresh, save_results
+
+ensure_importable()
+
+ARMS = ("sb3", "ours", "ours-prefetch")
+SCENARIOS = ("sac-vec", "td3-vec", "sac-pendulum", "dqn-atari-32", "dqn-atari-256", "learner-atari-32",
+             "learner-vec-256")
+#: glibc's settings under which SB3's large per-sample arrays reuse memory instead of faulting it in
+SPARED = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
+
+
+# -- envs -----------------------------------------------------------------------------------
+def _shapes_env(obs_dim: int = 17, act_dim: int = 6, horizon: int = 1000) -> Any:
+    """An env with HalfCheetah's shapes: fixed random linear dynamics squashed by tanh."""
+    import gymnasium as gym
+
+    class Shapes(gym.Env):  # type: ignore[type-arg]
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+
+        def __init__(self) -> None:
+            g = np.random.default_rng(1234)
+            self._w = g.standard_normal((obs_dim, obs_dim)) / np.sqrt(obs_dim)
+            self._u = g.standard_normal((obs_dim, act_dim))
+            self._t, self._x = 0, np.zeros(obs_dim)
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+            super().reset(seed=seed)
+            self._t, self._x = 0, self.np_random.standard_normal(obs_dim) * 0.1
+            return self._x.astype(np.float32), {}
+
+        def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+            self._x = 3 * np.tanh(self._w @ self._x + self._u @ action) + 0.01 * self.np_random.standard_normal(obs_dim)
+            self._t += 1
+            return self._x.astype(np.float32), float(self._x[0] - 0.1 * np.square(action).sum()), False, \
+                self._t >= horizon, {}
+
+    return Shapes()
+
+
+def _vector_env() -> tuple[Any, str]:
+    import gymnasium as gym
+
+    try:
+        import mujoco  # noqa: F401
+
+        return gym.make("HalfCheetah-v5"), "HalfCheetah-v5"
+    except Exception:  # mujoco missing or broken: its shapes
+        return _shapes_env(), "HalfCheetah shapes (no mujoco)"
+
+
+# -- the child: one arm -----------------------------------------------------------------------
+def _buffer_args(cfg: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    if cfg["arm"] == "sb3":
+        return None, {}
+    from sb3_integration import CompressedReplayBuffer
+
+    kwargs: dict[str, Any] = {}
+    if cfg["arm"] == "ours-prefetch":
+        kwargs.update(prefetch=cfg["prefetch"], prefetch_seed=cfg["seed"])
+    return CompressedReplayBuffer, kwargs
+
+
+def _params_sha(model: Any) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(model.policy.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _algorithm(cfg: dict[str, Any]) -> dict[str, Any]:
+    import torch as th
+    from stable_baselines3 import DQN, SAC, TD3
+
+    scenario, seed = cfg["scenario"], cfg["seed"]
+    buffer_class, buffer_kwargs = _buffer_args(cfg)
+    common = dict(seed=seed, device="cpu", learning_starts=cfg["learning_starts"], verbose=0,
+                  replay_buffer_class=buffer_class, replay_buffer_kwargs=buffer_kwargs or None)
+    if scenario.startswith("dqn"):
+        from atari_data import _make_vec_env
+
+        env, env_name = _make_vec_env("Pong", 1, seed, 4), "Pong (NoFrameskip, AtariWrapper, 4 stacked)"
+        model = DQN("CnnPolicy", env, buffer_size=cfg["atari_buffer"], batch_size=int(scenario.rsplit("-", 1)[1]),
+                    train_freq=4, **common)
+    else:
+        import gymnasium as gym
+
+        env, env_name = (gym.make("Pendulum-v1"), "Pendulum-v1") if scenario == "sac-pendulum" else _vector_env()
+        model = (TD3 if scenario.startswith("td3") else SAC)("MlpPolicy", env, **common)
+    th.set_num_threads(1)
+    model.learn(cfg["learning_starts"])  # collection only: no gradient step yet
+    c0, t0 = time.process_time(), time.perf_counter()
+    model.learn(cfg["steps"], reset_num_timesteps=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"env": env_name, "steps_per_s": cfg["steps"] / wall, "steps_per_cpu_s": cfg["steps"] / cpu,
+            "wall_s": wall, "params_sha": _params_sha(model), "n_updates": int(model._n_updates)}
+
+
+def _loop(cfg: dict[str, Any]) -> dict[str, Any]:
+    """add, sample, a learner step off the GIL: what the learner waits for in sample()."""
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    fill, steps, batch = cfg["learning_starts"], cfg["steps"], int(cfg["scenario"].rsplit("-", 1)[1])
+    if "atari" in cfg["scenario"]:
+        from atari_data import collect_stacked
+
+        tr = collect_stacked("MsPacman", fill + steps, 1, seed=cfg["seed"])
+        obs_space, act_space, env_name = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(9), \
+            "MsPacman stacks (4, 84, 84)"
+        size = cfg["atari_buffer"]
+        data = list(tr.steps())
+    else:
+        env = _shapes_env()
+        obs_space, act_space, env_name = env.observation_space, env.action_space, "HalfCheetah shapes (17,)"
+        size = 1_000_000
+        rng, data = np.random.default_rng(cfg["seed"]), []
+        obs, _ = env.reset(seed=cfg["seed"])
+        for _ in range(fill + steps):
+            a = rng.uniform(-1, 1, (1, 6)).astype(np.float32)
+            nxt, r, term, trunc, _ = env.step(a[0])
+            data.append((obs[None], nxt[None], a, np.array([r], np.float32), np.array([term]),
+                         [{"TimeLimit.truncated": trunc}]))
+            obs = env.reset()[0] if term or trunc else nxt
+    np.random.seed(cfg["seed"])  # noqa: NPY002 (SB3's sample() draws from it)
+    buffer_class, kwargs = _buffer_args(cfg)
+    buf = (buffer_class or ReplayBuffer)(size, obs_space, act_space, "cpu", **kwargs)
+    for tr_ in data[:fill]:
+        buf.add(*tr_)
+    step_s, waits = cfg["step_ms"] / 1000, []
+    t0 = time.perf_counter()
+    for tr_ in data[fill:]:
+        buf.add(*tr_)
+        w0 = time.perf_counter()
+        buf.sample(batch)
+        waits.append(time.perf_counter() - w0)
+        time.sleep(step_s)  # the learner's step: no GIL held
+    wall = time.perf_counter() - t0
+    if hasattr(buf, "close"):
+        buf.close()
+    return {"env": env_name, "steps_per_s": steps / wall, "sample_wait_ms": 1000 * statistics.median(waits),
+            "sample_wait_mean_ms": 1000 * statistics.fmean(waits), "wall_s": wall}
+
+
+def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
+    return _loop(cfg) if cfg["scenario"].startswith("learner") else _algorithm(cfg)
+
+
+# -- the parent ---------------------------------------------------------------------------------
+def _run(cfg: dict[str, Any], glibc: str, timeout: float) -> dict[str, Any]:
+    saved = {k: os.environ.get(k) for k in SPARED}
+    try:
+        for k, v in SPARED.items():
+            if glibc == "spared":
+                os.environ[k] = v
+            else:
+                os.environ.pop(k, None)
+        return run_fresh(__file__, cfg, timeout=timeout)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _summary(scenario: str, glibc: str, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    rows = []
+    sb3 = runs["sb3"]
+    best_sb3 = max((r["steps_per_s"] for r in sb3 if "error" not in r), default=None)
+    for arm, rs in runs.items():
+        good = [r for r in rs if "error" not in r]
+        best = max((r["steps_per_s"] for r in good), default=None)
+        ratios = [r["steps_per_s"] / s["steps_per_s"] for r, s in zip(rs, sb3, strict=True)
+                  if "error" not in r and "error" not in s]
+        shas = {r.get("params_sha") for r in good}
+        same = None
+        if arm != "sb3" and good and "params_sha" in good[0]:
+            same = shas == {r.get("params_sha") for r in sb3 if "error" not in r}
+        rows.append({
+            "scenario": scenario, "glibc": glibc, "arm": arm, "env": good[0]["env"] if good else None,
+            "rounds": len(good), "steps_per_s": best,
+            "ratio": best / best_sb3 if best and best_sb3 else None,
+            "round_ratios": " / ".join(f"{x:.2f}" for x in ratios) if arm != "sb3" else "",
+            "sample_wait_ms": min((r["sample_wait_ms"] for r in good if "sample_wait_ms" in r), default=None),
+            "params_equal_sb3": {None: "", True: "yes", False: "no"}[same],
+            "errors": [r["error"] for r in rs if "error" in r],
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    p.add_argument("--steps", type=int, default=1000, help="timed env steps (loop iterations) per arm")
+    p.add_argument("--learning-starts", type=int, default=500, help="env steps collected before training "
+                   "(the loop scenarios: transitions added first)")
+    p.add_argument("--rounds", type=int, default=3, help="runs of each arm, arms taking turns")
+    p.add_argument("--prefetch", type=int, default=2, help="the ours-prefetch arm's prefetch")
+    p.add_argument("--step-ms", type=float, default=2.0, help="the loop scenarios' learner step (GIL released)")
+    p.add_argument("--atari-buffer", type=int, default=100_000, help="buffer_size of the Atari scenarios")
+    p.add_argument("--glibc", choices=("default", "spared", "both"), default="default",
+                   help=f"malloc settings of the arms' processes (spared: {SPARED})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=1200, help="seconds per arm process")
+    p.add_argument("--out", default=None, help="JSON path (a .md is written beside it)")
+    p.add_argument("--config", default=None, help=argparse.SUPPRESS)  # child mode
+    args = p.parse_args(argv)
+    if args.config:
+        print(json.dumps(_arm(json.loads(args.config))))
+        return 0
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+    if args.rounds < 1 or args.steps < 1 or args.learning_starts < 1:
+        p.error("--rounds, --steps and --learning-starts must be >= 1")
+    base = {k: getattr(args, k) for k in ("steps", "learning_starts", "prefetch", "step_ms", "atari_buffer", "seed")}
+    rows, raw = [], {}
+    for glibc in (("default", "spared") if args.glibc == "both" else (args.glibc,)):
+        for scenario in scenarios:
+            runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+            for r in range(args.rounds):
+                for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
+                    res = _run({**base, "scenario": scenario, "arm": arm}, glibc, args.timeout)
+                    print(f"{glibc} {scenario} {arm} round {r}: {json.dumps(res)}", file=sys.stderr)
+                    runs[arm].append(res)
+            raw[f"{glibc}/{scenario}"] = runs
+            rows += _summary(scenario, glibc, runs)
+    md = (f"Training steps/s, SB3's buffer against ours: {args.rounds} rounds, arms alternating, each arm a "
+          f"fresh process, torch 1 thread; {args.steps} timed steps after {args.learning_starts}; prefetch "
+          f"{args.prefetch}; loop learner step {args.step_ms} ms off the GIL. steps/s: best round; ratio: best "
+          f"over SB3's best; round ratios: each round against SB3's of the same round.\n\n")
+    md += md_table(rows, [("scenario", "scenario"), ("glibc", "glibc"), ("arm", "arm"), ("env", "env"),
+                          ("steps_per_s", "steps/s"), ("ratio", "x SB3"), ("round_ratios", "rounds x SB3"),
+                          ("sample_wait_ms", "sample() wait ms (median)"), ("params_equal_sb3", "params = SB3")])
+    print(md)
+    save_results(args.out, {"config": {**base, "rounds": args.rounds, "glibc": args.glibc}, "rows": rows,
+                            "runs": raw}, md)
+    return 0 if not any(r["errors"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
