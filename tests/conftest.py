@@ -26,6 +26,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))  # the
 from atari_data import collect_stacked
 
 
+@pytest.fixture(autouse=True)
+def _frame_engine_for_small_observations(request, monkeypatch):
+    """Keep ``observation_storage="auto"`` compressing every key, except in tests marked ``storage_rule``.
+
+    The tests of the frame engine, persistence and bit-exactness use tiny observations
+    (a (4, 6, 5) stack, a 3-float vector) to exercise the compressed store; under the real
+    rule (:mod:`sb3_integration.engine.raw`) such keys would be stored raw and those tests
+    would no longer reach the code they test. Tests of the rule itself, and SB3's own suite
+    with our classes, are marked ``storage_rule`` and run with the rule as shipped.
+    """
+    if request.node.get_closest_marker("storage_rule") is None:
+        from sb3_integration.engine import raw
+
+        monkeypatch.setattr(raw, "RAW_ITEM_BYTES", -1)
+        monkeypatch.setattr(raw, "RAW_BELOW_RATIO", 0.0)
+    yield
+
+
 @pytest.fixture
 def one_torch_thread():
     """Small nets train faster on one thread on a busy 2-core box; compared runs share the setting."""

@@ -35,7 +35,6 @@ import torch as th
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore.priority import PriorityIndex
-from sb3_integration.buffers._prioritized_reads import read_samples
 from sb3_integration.buffers.replay import (
     CompressedDictReplayBuffer,
     CompressedNStepReplayBuffer,
@@ -246,7 +245,7 @@ class PrioritizedReplayMixin:
             low = self._priorities.min
         weights = importance_weights(masses, low, self._beta)
         rows, envs = slots // self.n_envs, slots % self.n_envs
-        samples = self._batch(rows, lambda: read_samples(self, rows, envs, env))  # type: ignore[attr-defined]
+        samples = self._read_samples(rows, envs, env)  # type: ignore[attr-defined]
         with self._lock:
             key = slots.tobytes()  # by value: copies and tensors of these indices find it too
             self._pending[key] = gens
