@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -35,8 +36,10 @@ def _frame_engine_for_small_observations(request, monkeypatch):
     rule (:mod:`sb3_integration.engine.raw`) such keys would be stored raw and those tests
     would no longer reach the code they test. Tests of the rule itself, and SB3's own suite
     with our classes, are marked ``storage_rule`` and run with the rule as shipped.
+    ``CHUNKSTORE_TESTS_STORAGE_RULE=1`` runs every test with the rule as shipped.
     """
-    if request.node.get_closest_marker("storage_rule") is None:
+
+    if request.node.get_closest_marker("storage_rule") is None and not os.environ.get("CHUNKSTORE_TESTS_STORAGE_RULE"):
         from sb3_integration.engine import raw
 
         monkeypatch.setattr(raw, "RAW_ITEM_BYTES", -1)

@@ -191,8 +191,17 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.handle_timeout_termination = handle_timeout_termination
         if small_arrays not in ("auto", "raw", "compressed"):
             raise ValueError(f"small_arrays must be 'auto', 'raw' or 'compressed', got {small_arrays!r}")
-        if small_arrays == "auto":
-            small_arrays = "compressed" if self._compress_small_arrays() else "raw"
+        subs = subspaces(self.observation_space)
+        host_keys = set(subs) - self._device_keys()
+        modes = parse_storage(storage, list(subs))
+        # each key's storage: raw or compressed now, or (None) measured on the first add
+        self._storage: dict[Any, str | None] = {
+            key: choose_storage(modes[key], tuple(self._key_shape(key)), sub.dtype,
+                                device=None if key in host_keys else options.device)
+            for key, sub in subs.items()}
+        if small_arrays == "auto":  # with every key raw the buffer is SB3's size anyway: SB3's arrays, SB3's speed
+            all_raw = all(m == RAW for m in self._storage.values())
+            small_arrays = "compressed" if self._compress_small_arrays() and not all_raw else "raw"
         self.small_arrays = small_arrays
         self._columns: Columns | None = None
         self._init_small_arrays()
@@ -203,14 +212,6 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.compression_method = get_codec(options.codec).name
         self.chunk_len, self.frame_dedup, self._cache_bytes = options.chunk_len, options.dedup, options.cache_bytes
         cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
-        subs = subspaces(self.observation_space)
-        host_keys = set(subs) - self._device_keys()
-        modes = parse_storage(storage, list(subs))
-        # each key's storage: raw or compressed now, or (None) measured on the first add
-        self._storage: dict[Any, str | None] = {
-            key: choose_storage(modes[key], tuple(self._key_shape(key)), sub.dtype,
-                                device=None if key in host_keys else options.device)
-            for key, sub in subs.items()}
         self._stores = make_frame_stores(self.observation_space, self.buffer_size, self.n_envs, 2, options, cache=cache,
                                          host_keys=host_keys, follow=self.optimize_memory_usage,
                                          raw_keys={k for k, m in self._storage.items() if m == RAW})
@@ -366,6 +367,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         with self._lock:
             for store in self._stores.values():
                 store.close()
+            if any(isinstance(s, RawStore) for s in self._stores.values()):
+                self._make_views()  # a raw key's arrays go with it (a read now says the store is closed)
             if self._columns is not None:
                 self._columns.close()
             tier = self.store_options.tier
@@ -609,7 +612,11 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         whole), ``threads`` (threads sharing the chunks of one sample; default
         ``chunkstore.array.DEFAULT_THREADS``), ``small_arrays`` (``"raw"``: SB3's arrays,
         ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on for
-        integer actions, once they would take 256 MiB raw for float ones),
+        integer actions, once they would take 256 MiB raw for float ones, raw whenever every
+        observation key is raw), ``observation_storage`` (per observation key, a str for all
+        or a dict by Dict key: ``"auto"``, the default: raw, as SB3's arrays, when an observation
+        is at most 4 KiB or its first add's observations compress less than 1.3x, else
+        compressed; ``"raw"``; ``"compressed"``; see :mod:`sb3_integration.engine.raw`),
         ``buffer_device`` (None, the default: frames in host memory; a torch device such as
         ``"cuda"``: frames stored, decoded and stacked there, samples never leave it; see the
         module docstring) and ``heap_bytes`` (with ``buffer_device``: the most device bytes of

@@ -240,7 +240,7 @@ class RawStore:
 
     def view(self, which: int) -> np.ndarray | None:
         """The array SB3's code indexes for ``which`` (None: read through ``gather``, ``follow``'s next observations)."""
-        if self.follow and which != OBS:
+        if self._closed or (self.follow and which != OBS):
             return None
         return self.arrays[which]
 

@@ -290,3 +290,22 @@ def test_release_0_1_artifacts_load_identically_under_the_rule(name):
     modes = buf.observation_storage
     assert set(modes.values() if isinstance(modes, dict) else [modes]) == {"compressed"}  # as they were saved
     assert hashlib.sha256((R0_1 / name).read_bytes()).hexdigest() == want["file_sha256"]
+
+
+def test_small_arrays_stay_raw_when_every_key_is_raw():
+    """DQN's default 1M buffer on a vector env: integer actions would be compressed (``small_arrays="auto"``),
+    but with every observation key raw the buffer is SB3's size anyway and a sample is SB3's code alone."""
+    disc = spaces.Discrete(2)
+    buf = CompressedReplayBuffer(1_000_000, spaces.Box(-5, 5, (4,), np.float32), disc, "cpu")
+    assert (buf.observation_storage, buf.small_arrays, buf._lean) == ("raw", "raw", True)
+    img = CompressedReplayBuffer(1_000_000, spaces.Box(0, 255, (4, 84, 84), np.uint8), disc, "cpu")
+    assert img.small_arrays == "compressed"
+
+
+def test_close_gives_a_raw_key_back():
+    buf = CompressedReplayBuffer(100, VEC, ACT, "cpu")
+    _fill([buf], VEC, 1, 5)
+    buf.close()
+    assert buf.nbytes_stored == 0
+    with pytest.raises(ValueError, match="closed"):
+        buf.observations[np.array([0]), np.array([0])]
