@@ -27,6 +27,14 @@ the frames (older segments spill to host RAM). Reads outside a sample
 (``buffer.observations[...]``) return numpy copies, and so does a sample given a
 ``VecNormalize`` env (its normalisation is numpy code).
 
+Keys that compression does not pay for are stored raw (``observation_storage``, see
+:mod:`sb3_integration.engine.raw`): a vector observation of at most 4 KiB, or a larger one whose
+first add compresses less than 1.3x, is SB3's own preallocated array, and ``observations`` /
+``next_observations`` (or their Dict entries) *are* those numpy arrays. A buffer whose keys are all
+raw (with SB3's small arrays raw, which ``small_arrays="auto"`` then keeps) holds what SB3's holds
+and samples with SB3's ``_get_samples`` alone; in a Dict buffer only the compressed keys go through
+the views.
+
 ``optimize_memory_usage`` is accepted with SB3's checks and sampled exactly as
 SB3 samples it (``observations[pos]`` reads as the latest next observation),
 but saves nothing here: frame dedup already stores ``next_obs[t] == obs[t+1]``
@@ -286,7 +294,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
     def _make_views(self) -> None:
         views = {
             which: {
-                key: store.view(which) if isinstance(store, RawStore) and store.view(which) is not None
+                key: store.view(which) if store.view(which) is not None
                 else ObservationView(
                     partial(self._read, key, which),
                     (self.buffer_size, self.n_envs, *self._key_shape(key)),
@@ -548,11 +556,11 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             state.setdefault(name, default)
         _check_position(state)
         stores = state["_stores"]
-        for key, fs in list(stores.items()):
-            if isinstance(fs, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
-                kind = RawStore if fs.get("storage") == RAW else FrameStore
+        for key, saved in list(stores.items()):
+            if isinstance(saved, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
+                kind = RawStore if saved.get("storage") == RAW else FrameStore
                 stores[key] = kind.__new__(kind)
-                stores[key].__setstate__(fs)
+                stores[key].__setstate__(saved)
         columns = state.get("_columns")
         if isinstance(columns, dict):
             state["_columns"] = Columns.__new__(Columns)

@@ -309,3 +309,18 @@ def test_close_gives_a_raw_key_back():
     assert buf.nbytes_stored == 0
     with pytest.raises(ValueError, match="closed"):
         buf.observations[np.array([0]), np.array([0])]
+
+
+def test_raw_store_has_every_member_of_the_protocol():
+    import inspect
+
+    from sb3_integration.engine.api import FrameStoreAPI
+
+    rs = RawStore((3,), np.float32, n_rows=4, n_envs=2)
+    members = {n for n in vars(FrameStoreAPI) if not n.startswith("_")} | set(FrameStoreAPI.__annotations__)
+    for name in members:
+        assert hasattr(rs, name), name
+        proto = getattr(FrameStoreAPI, name, None)
+        if inspect.isfunction(proto):
+            want = list(inspect.signature(proto).parameters)
+            assert list(inspect.signature(getattr(RawStore, name)).parameters)[:len(want)] == want, name
