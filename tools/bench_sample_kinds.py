@@ -3,8 +3,9 @@
 For Pendulum (3,) with a (1,) action, HalfCheetah (17,) with (6,) and Humanoid (348,) with
 (17,) (float32, SAC's default ``buffer_size=1_000_000``, 200k transitions stored), a child
 process fills SB3's ``ReplayBuffer`` and our ``CompressedReplayBuffer`` (its defaults) with the
-same transitions and times ``sample(32)`` and ``sample(256)`` in interleaved rounds (SB3, ours,
-SB3, ours, ...), reporting the median time per call of each and their ratio. It also counts
+same transitions and times ``sample(32)`` and ``sample(256)`` in interleaved blocks of 10 calls
+(SB3, ours, ours, SB3, ...), reporting the median block time per call of each, their ratio and
+the microseconds per call over SB3's. It also counts
 the bytes each buffer holds with ``tracemalloc`` (as ``tools/bench_held.py`` counts them: what
 is allocated from before the buffer is made to after it was filled and sampled; SB3 preallocates
 with ``np.zeros``, so its full capacity counts).
@@ -52,6 +53,8 @@ KINDS = {"Pendulum (3,)": (3, 1), "HalfCheetah (17,)": (17, 6), "Humanoid (348,)
 GLIBC = {"default": {}, "no-fault": {"MALLOC_MMAP_THRESHOLD_": "1073741824",
                                      "MALLOC_TRIM_THRESHOLD_": "17179869184"}}
 BATCHES = (32, 256)
+#: sample() calls timed together, SB3's and ours alternating block by block
+BLOCK = 10
 
 
 def _fill(bufs: list[Any], obs_dim: int, act_dim: int, rows: int) -> None:
@@ -102,17 +105,22 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         held = {name: _held(make, obs_dim, act_dim) for name, make in makers.items()}
         bufs = {name: make() for name, make in makers.items()}
         _fill(list(bufs.values()), obs_dim, act_dim, cfg["rows"])
+        # blocks of BLOCK calls, SB3's and ours alternating (the order flipping each block), the median
+        # block of each: a burst of load from elsewhere on a shared box lands on a few blocks of both
+        # arms instead of on one arm's whole round
         times: dict[tuple[str, int], list[float]] = {}
+        order = list(bufs.items())
         for _ in range(cfg["rounds"]):
             for batch in BATCHES:
-                for name, buf in bufs.items():
-                    n = cfg["samples"] * (4 if batch == 32 else 1)
+                for buf in bufs.values():
                     for _ in range(5):
                         buf.sample(batch)
-                    t0 = time.perf_counter()
-                    for _ in range(n):
-                        buf.sample(batch)
-                    times.setdefault((name, batch), []).append((time.perf_counter() - t0) / n)
+                for block in range(cfg["samples"] * (4 if batch == 32 else 1) // BLOCK):
+                    for name, buf in order[::-1] if block % 2 else order:
+                        t0 = time.perf_counter()
+                        for _ in range(BLOCK):
+                            buf.sample(batch)
+                        times.setdefault((name, batch), []).append((time.perf_counter() - t0) / BLOCK)
         for batch in BATCHES:
             sb3, ours = (statistics.median(times[(name, batch)]) for name in ("sb3", "ours"))
             out[f"{kind}|{batch}"] = {"sb3_us": sb3 * 1e6, "ours_us": ours * 1e6, "ratio": ours / sb3,
