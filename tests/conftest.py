@@ -155,7 +155,7 @@ def assert_samples_equal(ref, ours, batch_size, seed, env=None, where=""):
 
 def make_pair(kind, buffer_size, obs_space, act_space, **kw):
     ours_kw = {k: kw.pop(k) for k in ("chunk_len", "compression_method", "cache_bytes", "small_arrays", "tier",
-                                      "buffer_device", "heap_bytes") if k in kw}
+                                      "buffer_device", "heap_bytes", "observation_storage") if k in kw}
     ref_cls, our_cls = PAIRS[kind]
     ours_kw.setdefault("chunk_len", 8)
     return (ref_cls(buffer_size, obs_space, act_space, "cpu", **kw),
