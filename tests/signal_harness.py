@@ -128,6 +128,9 @@ def make(kind: str, tier: str, tmp: Path):
                          "hybrid": lambda: HybridTier(1 << 17, tmp, segment_bytes=1 << 16)}.get(tier)}
     if tier == "device":  # frames on buffer_device="cpu", a heap of 1 MiB: the oldest segments spill
         kw = {"buffer_device": "cpu", "heap_bytes": 1 << 20}
+    # the frame engine under interrupts: every key compressed (the dict's small float key too, which the
+    # shipped observation_storage rule would keep raw)
+    kw["observation_storage"] = "compressed"
     act = spaces.Discrete(6)
     rows = 256 if kind == "dict" else 1000  # dict: several laps of the ring in a run
     return ref_cls(rows, space, act, "cpu"), our_cls(rows, space, act, "cpu", **kw)

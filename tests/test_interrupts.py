@@ -594,7 +594,8 @@ FORK_SCRIPT = textwrap.dedent("""
     native.PARALLEL_MIN_ITEMS = 1
     native.PARALLEL_MIN_BYTES = 0
     space = spaces.Box(0, 255, (4, 6, 5), np.uint8)
-    ref, ours = make_pair("replay", 64, space, spaces.Discrete(3), chunk_len=4, compression_method="zstd3")
+    ref, ours = make_pair("replay", 64, space, spaces.Discrete(3), chunk_len=4, compression_method="zstd3",
+                          observation_storage="compressed")  # the frame engine's thread pool, which a raw key has not
     for t, (o, n) in enumerate(frame_stack_stream(80, 1, ep_len=7)):
         for b in (ref, ours):
             b.add(o, n, np.zeros((1, 1)), np.zeros(1, np.float32), np.zeros(1), [{{}}])

@@ -24,6 +24,7 @@ from chunkstore.validate import is_int
 from sb3_integration.buffers.observations import stack_axis_order, subspaces
 from sb3_integration.engine.frames import FrameStore
 from sb3_integration.engine.options import StoreOptions
+from sb3_integration.engine.raw import AUTO, RawStore
 from sb3_integration.errors import UsageTypeError
 
 __all__ = [
@@ -63,6 +64,9 @@ def parse_store_options(owner: type, compression_method: Any, kwargs: dict[str, 
                         accepted: Sequence[str] = (), defaults: dict[str, Any] | None = None,
                         ) -> tuple[StoreOptions, str]:
     """A buffer's keyword-only store options, checked: ``(options, small_arrays)``.
+
+    (``observation_storage``, a replay buffer's per-key choice, is checked by the buffer against its
+    keys: :func:`sb3_integration.engine.raw.parse_storage`.)
 
     The one path from a buffer's keywords (public names, :data:`STORE_OPTIONS`) to the
     :class:`StoreOptions` its frame stores take whole. ``kwargs`` may hold the names in
@@ -124,7 +128,7 @@ def _named_arguments(owner: type) -> str:
 #: the keyword-only store options of the buffers, with their defaults
 STORE_OPTIONS: dict[str, Any] = {"preset": None, "chunk_len": None, "cache_bytes": DEFAULT_CACHE_BYTES,
                                  "tier": None, "frame_dedup": True, "threads": None, "small_arrays": "auto",
-                                 "buffer_device": None, "heap_bytes": None}
+                                 "buffer_device": None, "heap_bytes": None, "observation_storage": AUTO}
 
 
 def check_frame_dedup(value: Any) -> bool:
@@ -178,18 +182,24 @@ def _device_options(buffer_device: Any, heap_bytes: Any, tier: Any) -> tuple[Any
 
 
 def make_frame_stores(space: Any, n_rows: int, n_envs: int, stacks_per_row: int, options: StoreOptions, *,
-                 cache: Any = 0, host_keys: Any = ()) -> dict[Any, FrameStore]:
+                 cache: Any = 0, host_keys: Any = (), raw_keys: Any = (), follow: bool = False) -> dict[Any, Any]:
     """A buffer's frame stores: one per observation key of ``space``, each taking ``options`` whole.
 
     They share ``cache`` (an :class:`~chunkstore.LRUChunkCache`, or 0: none) and, with
     ``options.device``, one device budget (:meth:`StoreOptions.budget`); the keys in
-    ``host_keys`` keep their frames in host memory (HER's goals).
+    ``host_keys`` keep their frames in host memory (HER's goals). The keys in ``raw_keys``
+    are :class:`~sb3_integration.engine.raw.RawStore` objects instead (SB3's arrays; ``follow``:
+    its ``optimize_memory_usage`` layout).
     """
     from stable_baselines3.common.preprocessing import get_obs_shape
 
     budget, on_host = options.budget(), options.replace(device=None, budget_bytes=None)
     return {
-        key: FrameStore(tuple(get_obs_shape(sub)), sub.dtype, n_rows, n_envs,  # type: ignore[arg-type]
+        key: RawStore(tuple(get_obs_shape(sub)), sub.dtype, n_rows, n_envs,  # type: ignore[arg-type]
+                      stacks_per_row=stacks_per_row, follow=follow,
+                      name="observations" if key is None else f"observations[{key}]")
+        if key in raw_keys else
+        FrameStore(tuple(get_obs_shape(sub)), sub.dtype, n_rows, n_envs,  # type: ignore[arg-type]
                         options=on_host if key in host_keys else options, stacks_per_row=stacks_per_row,
                         axis_order=stack_axis_order(sub), cache=cache, budget=None if key in host_keys else budget,
                         name="observations" if key is None else f"observations[{key}]")

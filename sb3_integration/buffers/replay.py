@@ -27,6 +27,14 @@ the frames (older segments spill to host RAM). Reads outside a sample
 (``buffer.observations[...]``) return numpy copies, and so does a sample given a
 ``VecNormalize`` env (its normalisation is numpy code).
 
+Keys that compression does not pay for are stored raw (``observation_storage``, see
+:mod:`sb3_integration.engine.raw`): a vector observation of at most 4 KiB, or a larger one whose
+first add compresses less than 1.3x, is SB3's own preallocated array, and ``observations`` /
+``next_observations`` (or their Dict entries) *are* those numpy arrays. A buffer whose keys are all
+raw (with SB3's small arrays raw, which ``small_arrays="auto"`` then keeps) holds what SB3's holds
+and samples with SB3's ``_get_samples`` alone; in a Dict buffer only the compressed keys go through
+the views.
+
 ``optimize_memory_usage`` is accepted with SB3's checks and sampled exactly as
 SB3 samples it (``observations[pos]`` reads as the latest next observation),
 but saves nothing here: frame dedup already stores ``next_obs[t] == obs[t+1]``
@@ -72,6 +80,15 @@ from sb3_integration.engine.device_stacks import check_not_meta, to_host
 from sb3_integration.engine.frame_state import RELEASE_LAG_CHUNKS
 from sb3_integration.engine.frames import NEXT, OBS, FrameStore
 from sb3_integration.engine.packing import pack_array, unpack_array
+from sb3_integration.engine.raw import (
+    AUTO,
+    COMPRESSED,
+    RAW,
+    RawStore,
+    choose_after_probe,
+    choose_storage,
+    parse_storage,
+)
 from sb3_integration.interop.extra_buffers import (
     convert_samples,
     describe,
@@ -173,6 +190,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
             compression_method=compression_method, compression_kwargs=compression_kwargs,
             decompression_kwargs=decompression_kwargs, output_dtype=output_dtype)
+        storage = store_options.pop("observation_storage", AUTO)
         options, small_arrays = parse_store_options(type(self), extra.compression_method, store_options)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
         for check in replay_constructor_checks(type(self)):
@@ -181,7 +199,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.optimize_memory_usage = optimize_memory_usage
         describe(self, extra, observation_space)
         self._init_storage(handle_timeout_termination=handle_timeout_termination, options=options,
-                           small_arrays=small_arrays)
+                           small_arrays=small_arrays, storage=storage)
         if prefetch or prefetch_seed is not None:  # else none of it: a buffer without prefetch is as before
             self._prefetch_seed = prefetch_seed
             self._prefetch_rng = prefetch_generator(prefetch_seed) if prefetch else None
@@ -196,12 +214,21 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         return convert_into(source, cls, **kwargs)  # type: ignore[no-any-return]
 
     def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
-                      small_arrays: str = "auto") -> None:
+                      small_arrays: str = "auto", storage: Any = AUTO) -> None:
         self.handle_timeout_termination = handle_timeout_termination
         if small_arrays not in ("auto", "raw", "compressed"):
             raise ValueError(f"small_arrays must be 'auto', 'raw' or 'compressed', got {small_arrays!r}")
-        if small_arrays == "auto":
-            small_arrays = "compressed" if self._compress_small_arrays() else "raw"
+        subs = subspaces(self.observation_space)
+        host_keys = set(subs) - self._device_keys()
+        modes = parse_storage(storage, list(subs))
+        # each key's storage: raw or compressed now, or (None) measured on the first add
+        self._storage: dict[Any, str | None] = {
+            key: choose_storage(modes[key], tuple(self._key_shape(key)), sub.dtype,
+                                device=None if key in host_keys else options.device)
+            for key, sub in subs.items()}
+        if small_arrays == "auto":  # with every key raw the buffer is SB3's size anyway: SB3's arrays, SB3's speed
+            all_raw = all(m == RAW for m in self._storage.values())
+            small_arrays = "compressed" if self._compress_small_arrays() and not all_raw else "raw"
         self.small_arrays = small_arrays
         self._columns: Columns | None = None
         self._init_small_arrays()
@@ -213,8 +240,10 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         self.chunk_len, self.frame_dedup, self._cache_bytes = options.chunk_len, options.dedup, options.cache_bytes
         cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
         self._stores = make_frame_stores(self.observation_space, self.buffer_size, self.n_envs, 2, options, cache=cache,
-                                    host_keys=set(subspaces(self.observation_space)) - self._device_keys())
+                                         host_keys=host_keys, follow=self.optimize_memory_usage,
+                                         raw_keys={k for k, m in self._storage.items() if m == RAW})
         self.buffer_device = options.device
+        self._undecided = any(m is None for m in self._storage.values())
         self._plan: list[tuple[int, np.ndarray]] | None = None
         self._memo: dict[Any, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._owned: dict[int, np.ndarray] = {}  # batch arrays made in this call (kept alive: ids stay unique)
@@ -251,10 +280,41 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         shape = self.obs_shape if key is None else self.obs_shape[key]  # type: ignore[attr-defined]
         return tuple(shape)
 
+    @property
+    def observation_storage(self) -> Any:
+        """How each observation key is stored: ``"raw"`` (SB3's arrays), ``"compressed"`` (a frame store),
+        or ``"auto"`` while a large key awaits its measurement on the first add; a str for a non-Dict space.
+
+        See :mod:`sb3_integration.engine.raw` for the rule (the constructor's ``observation_storage``).
+        """
+        modes = {k: AUTO if m is None else m for k, m in self._storage.items()}
+        return modes.get(None, modes)
+
+    def _decide_storage(self, obs: dict[Any, np.ndarray], next_obs: dict[Any, np.ndarray]) -> None:
+        """The first add: measure each undecided key on its items and make it raw if they do not shrink."""
+        for key, mode in list(self._storage.items()):
+            if mode is not None:
+                continue
+            mode = choose_after_probe([obs[key], next_obs[key]])
+            if mode == RAW:
+                self._replace_store(key, RAW)
+            self._storage[key] = mode
+        self._make_views()
+
+    def _replace_store(self, key: Any, mode: str) -> None:
+        """Key ``key``'s store, empty, made raw (the first add's measurement chose it)."""
+        assert mode == RAW
+        old = self._stores[key]
+        self._stores[key] = RawStore(old.obs_shape, old.dtype, self.buffer_size, self.n_envs, stacks_per_row=2,
+                                     follow=self.optimize_memory_usage, name=old.name)
+        self.__dict__.pop("_add_signature", None)  # check_replay_add's fast path remembers the store
+        old.close()
+
     def _make_views(self) -> None:
         views = {
             which: {
-                key: ObservationView(
+                key: store.view(which) if store.view(which) is not None
+                else ObservationView(
                     partial(self._read, key, which),
                     (self.buffer_size, self.n_envs, *self._key_shape(key)),
                     store.dtype,
@@ -268,6 +328,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             self.observations, self.next_observations = views[OBS][None], views[NEXT][None]
         else:
             self.observations, self.next_observations = views[OBS], views[NEXT]
+        self._lean = self._columns is None and all(type(s) is RawStore for s in self._stores.values())
 
     # -- writing ---------------------------------------------------------------------------
     def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
@@ -277,6 +338,11 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         See :mod:`sb3_integration.buffers.sb3_checks` (SB3's operations on scratch rows, first).
         """
         obs_in, next_in, small = check_replay_add(self, obs, next_obs, action, reward, done, infos)
+        if self._undecided:  # the first add: measure the keys "auto" left open
+            with self._lock:
+                if self._undecided:
+                    self._decide_storage(obs_in, next_in)
+                    self._undecided = False
         with self._lock:
             self._quiesce()  # batches drawn ahead read the rows as they were drawn: before this write
             # an interrupt anywhere below leaves only row pos torn (pos has not moved), and the
@@ -331,6 +397,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             self._stop_prefetch()
             for store in self._stores.values():
                 store.close()
+            if any(isinstance(s, RawStore) for s in self._stores.values()):
+                self._make_views()  # a raw key's arrays go with it (a read now says the store is closed)
             if self._columns is not None:
                 self._columns.close()
             tier = self.store_options.tier
@@ -359,7 +427,7 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         rows, envs = draw.rows, draw.envs
         if envs is None:
             return self._get_samples(rows, env=env)
-        return self._batch(rows, lambda: read_samples(self, rows, envs, env))
+        return self._read_samples(rows, envs, env)
 
     def _finish_draw(self, draw: Draw, samples: Any) -> Any:
         """What ``sample()`` returns for a read draw (a prioritized buffer adds weights and indices)."""
@@ -422,8 +490,23 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         return [(OBS, batch_inds), (NEXT, batch_inds)]
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> Any:
+        if self._lean:  # SB3's arrays only: SB3's own code, nothing around it
+            samples = super()._get_samples(batch_inds, env=env)  # type: ignore[misc]
+            if self.output_dtype is None and not self.normalize_images:
+                return samples
+            return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
         return self._batch(batch_inds, lambda: super(_CompressedReplayMixin, self)._get_samples(  # type: ignore[misc]
             batch_inds, env=env))
+
+    def _read_samples(self, batch_inds: np.ndarray, env_indices: np.ndarray, env: VecNormalize | None = None) -> Any:
+        """The samples of the transitions ``(batch_inds[i], env_indices[i])``: what SB3's ``_get_samples``
+        returns when it draws ``env_indices`` (the storage's read of given indices, for samplers)."""
+        if self._lean:
+            samples = read_samples(self, batch_inds, env_indices, env)
+            if self.output_dtype is None and not self.normalize_images:
+                return samples
+            return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
+        return self._batch(batch_inds, lambda: read_samples(self, batch_inds, env_indices, env))
 
     def _batch(self, batch_inds: np.ndarray, read: Callable[[], Any]) -> Any:
         """``read()`` (SB3's reads of the rows ``batch_inds``) with every stack fetched in one pass per key."""
@@ -452,6 +535,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
     def _read(self, key: Any, which: int, rows: np.ndarray, envs: np.ndarray) -> Any:
         store = self._stores[key]
+        if isinstance(store, RawStore):  # follow's next observations: SB3's reading, no remap
+            return store.gather([(which, rows)], envs)[0]
         if self._plan is None or self.__dict__.get("_batch_thread") not in (None, threading.get_ident()):
             # not a sample (or another thread's read during a prefetch worker's): numpy, as SB3's arrays
             return to_host(store.gather([self._remap(which, rows)], envs)[0])
@@ -472,6 +557,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         return out
 
     def to_torch(self, array: np.ndarray, copy: bool = True) -> th.Tensor:
+        if not self._owned and type(array) is np.ndarray:  # rows of SB3's arrays (raw keys too): SB3's conversion
+            return th.tensor(array, device=self.device) if copy else th.as_tensor(array, device=self.device)
         # a batch array (or device tensor) this buffer just made for this call is handed over without a
         # second copy: a tensor already on ``device`` as it is
         if self._owned.pop(id(array), None) is array:
@@ -566,10 +653,11 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
             state.setdefault(name, default)
         _check_position(state)
         stores = state["_stores"]
-        for key, fs in list(stores.items()):
-            if isinstance(fs, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
-                stores[key] = FrameStore.__new__(FrameStore)
-                stores[key].__setstate__(fs)
+        for key, saved in list(stores.items()):
+            if isinstance(saved, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
+                kind = RawStore if saved.get("storage") == RAW else FrameStore
+                stores[key] = kind.__new__(kind)
+                stores[key].__setstate__(saved)
         columns = state.get("_columns")
         if isinstance(columns, dict):
             state["_columns"] = Columns.__new__(Columns)
@@ -577,6 +665,8 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         elif columns is None:
             for name in _SMALL_ARRAYS:
                 state[name] = unpack_array(state[name])
+        state.setdefault("_storage", {k: RAW if isinstance(fs, RawStore) else COMPRESSED for k, fs in stores.items()})
+        state.setdefault("_undecided", False)
         self.__dict__.update(state)
         self._lock = threading.RLock()
         if self._columns is not None:
@@ -627,7 +717,11 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
         whole), ``threads`` (threads sharing the chunks of one sample; default
         ``chunkstore.array.DEFAULT_THREADS``), ``small_arrays`` (``"raw"``: SB3's arrays,
         ``"compressed"``: chunks of rows, ``"auto"``: compressed from 1M transitions on for
-        integer actions, once they would take 256 MiB raw for float ones),
+        integer actions, once they would take 256 MiB raw for float ones, raw whenever every
+        observation key is raw), ``observation_storage`` (per observation key, a str for all
+        or a dict by Dict key: ``"auto"``, the default: raw, as SB3's arrays, when an observation
+        is at most 4 KiB or its first add's observations compress less than 1.3x, else
+        compressed; ``"raw"``; ``"compressed"``; see :mod:`sb3_integration.engine.raw`),
         ``buffer_device`` (None, the default: frames in host memory; a torch device such as
         ``"cuda"``: frames stored, decoded and stacked there, samples never leave it; see the
         module docstring) and ``heap_bytes`` (with ``buffer_device``: the most device bytes of

@@ -396,6 +396,10 @@ class FrameStore(FrameWrites):
                 self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
             return [out[i * n:(i + 1) * n] for i in range(m)]
 
+    def view(self, which: int) -> None:
+        """None: a frame store's stacks are read through :meth:`gather` (the buffer's views call it)."""
+        return None
+
     @property
     def output_nbytes(self) -> int:
         """Bytes of the output blocks :meth:`gather` keeps for reuse (:mod:`sb3_integration.engine._outputs`)."""

@@ -87,6 +87,9 @@ def _check_frame_store(meta: Any, store: Any, prefix: str, size: int, n_envs: in
     path = store.path
     if not isinstance(meta, dict):
         raise FormatError(f"{path}: the state of {prefix} is not an object")
+    if meta.get("storage") == "raw":
+        _check_raw_store(meta, store, prefix, size, n_envs)
+        return
     used = meta.get("used")
     if not isinstance(used, list) or not used or not all(isinstance(u, bool) for u in used):
         raise FormatError(f"{path}: {prefix} 'used' is {used!r}, not a list of booleans")
@@ -114,6 +117,31 @@ def _check_frame_store(meta: Any, store: Any, prefix: str, size: int, n_envs: in
                           f"{depth} frames")
     if version == 1:
         _check_ring_v1(meta, store, prefix, n_envs)
+
+
+def _check_raw_store(meta: Mapping[str, Any], store: Any, prefix: str, size: int, n_envs: int) -> None:
+    """A raw key (layout 3): its array ``(1 or 2, buffer_size, n_envs, *obs_shape)`` as declared."""
+    path = store.path
+    for name, want in (("n_rows", size), ("n_envs", n_envs)):
+        if meta.get(name) != want:
+            raise FormatError(f"{path}: {prefix} {name} {meta.get(name)!r} differs from the buffer's")
+    spr = _int(meta, "stacks_per_row", path, lo=1, hi=2)
+    shape = meta.get("obs_shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                              for d in shape):
+        raise FormatError(f"{path}: {prefix} obs_shape {shape!r} is not a list of sizes")
+    follow = meta.get("follow")
+    if not isinstance(follow, bool):
+        raise FormatError(f"{path}: {prefix} 'follow' is {follow!r}, not true or false")
+    try:
+        dtype = np.dtype(meta.get("dtype"))
+    except (TypeError, ValueError):
+        raise FormatError(f"{path}: {prefix} dtype {meta.get('dtype')!r} is not a numpy dtype") from None
+    expected = (1 if follow else spr, size, n_envs, *shape)
+    value = store.extras.get(f"{prefix}/raw")
+    if value is None or value.shape != expected or value.dtype != dtype:
+        got = None if value is None else (value.shape, value.dtype)
+        raise FormatError(f"{path}: {prefix}/raw is {got}, the buffer declares {(expected, dtype)}")
 
 
 def _check_ring_v1(meta: Mapping[str, Any], store: Any, prefix: str, n_envs: int) -> None:

@@ -20,6 +20,11 @@ observation key); this module only writes and reads such states. The file is a
     Each env's frame stream (int64).
 ``observations/pending_which``, ``pending_rows``, ``pending_obs``
     Stacks still waiting for layout detection.
+``observations/raw`` (Dict spaces: ``observations/<key>/raw``)
+    A raw key's observations (:mod:`sb3_integration.engine.raw`), as SB3 holds them:
+    ``raw[0]`` the observations ``(buffer_size, n_envs, *obs_shape)``, ``raw[1]`` the next
+    observations (one array only in SB3's ``optimize_memory_usage`` layout, ``follow``).
+    Such a store's attributes say ``"storage": "raw"``; files with raw keys are version 3.
 ``actions``, ``rewards``, ``dones``, ``timeouts``
     SB3's own arrays, as they are.
 ``extra/<name>``
@@ -89,7 +94,9 @@ from chunkstore import ChunkedArray, ChunkstoreError, FormatError, Tier
 from chunkstore import hdf5 as fmt
 from chunkstore.array import ArraySnapshot
 from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
+from sb3_integration.buffers.observations import subspaces
 from sb3_integration.engine.frame_state import FAR, UNWRITTEN, FrameStoreState, check_own_state
+from sb3_integration.engine.raw import COMPRESSED, RAW, RawStoreState
 from sb3_integration.engine.stacking import StackLayout
 from sb3_integration.interop.extra_buffers import extra_buffers_args_of
 from sb3_integration.persistence._load_checks import check_saved_buffer
@@ -101,9 +108,10 @@ __all__ = ["BUFFER_FORMAT", "BUFFER_FORMAT_VERSION", "ReplayFiles", "ReplayState
 
 #: the ``buffer_format`` attribute of a saved replay buffer
 BUFFER_FORMAT = "sb3_integration.replay_buffer"
-#: version of the layout above (the chunkstore file format has its own). 2: slots hold
-#: global frame numbers; 1: ring positions in a ring of the worst-case size
-BUFFER_FORMAT_VERSION = 2
+#: version of the layout above (the chunkstore file format has its own). 3: as 2, and some keys
+#: are raw (``observations[/<key>]/raw``, see below; a file without raw keys is written as 2);
+#: 2: slots hold global frame numbers; 1: ring positions in a ring of the worst-case size
+BUFFER_FORMAT_VERSION = 3
 #: per-env stream state of a FrameStore, saved as int64 extras
 _STREAMS = ("heads", "released", "last_slot", "last_pad")
 
@@ -124,7 +132,7 @@ class ReplayState:
     pos: int
     full: bool
     arrays: dict[str, np.ndarray]
-    stores: dict[Any, FrameStoreState]
+    stores: dict[Any, FrameStoreState | RawStoreState]
     extra: dict[str, Any] = field(default_factory=dict)
     chunked: dict[str, Any] = field(default_factory=dict)  # small arrays kept compressed (ChunkedArray or ArraySnapshot)
 
@@ -151,6 +159,10 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
     stores = []
     for key, fs in state.stores.items():
         prefix = _prefix(key)
+        if isinstance(fs, RawStoreState):  # SB3's arrays, as they are: one extra (kinds of stack first)
+            extras[f"{prefix}/raw"] = np.stack(fs.arrays) if len(fs.arrays) > 1 else fs.arrays[0][None]
+            stores.append([key, fs.scalars()])
+            continue
         if fs.frames is not None:
             arrays[f"{prefix}/frames"] = fs.frames
             assert fs.last is not None
@@ -164,7 +176,9 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
         stores.append([key, fs.scalars()])
     attrs = {
         "buffer_format": BUFFER_FORMAT,
-        "buffer_format_version": BUFFER_FORMAT_VERSION,
+        # a file with raw keys is version 3 (older readers refuse it by its version); one without stays 2
+        "buffer_format_version": (BUFFER_FORMAT_VERSION if any(isinstance(fs, RawStoreState)
+                                                               for fs in state.stores.values()) else 2),
         "buffer_class": state.buffer_class,
         "arguments": state.arguments,
         "pos": state.pos,
@@ -174,7 +188,9 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
         "stores": stores,
         "extra": state.extra,
     }
-    notes = [_rebuild_note(_prefix(key), fs) for key, fs in state.stores.items() if fs.frames is not None]
+    notes = [_rebuild_note(_prefix(key), fs) if isinstance(fs, FrameStoreState) else _raw_note(_prefix(key), fs)
+             for key, fs in state.stores.items()
+             if not isinstance(fs, FrameStoreState) or fs.frames is not None]
     fmt.save(path, arrays, extras, attrs, progress=progress, reader_note="\n\n".join(notes) or None)
 
 
@@ -195,6 +211,15 @@ def _rebuild_note(p: str, fs: FrameStoreState) -> str:
             f"Frame j of the stack (j = 0..{k - 1}) is {p}/frames[e * F + (g - {k - 1} + j) mod F], "
             f"except that the first {p}/pads[kind, r, e] frames are zeros (kind 0: observation, "
             f"1: next observation; 255 = never written); {join}.")
+
+
+def _raw_note(p: str, fs: RawStoreState) -> str:
+    """How a plain HDF5 reader reads a raw key's observations."""
+    if fs.follow:
+        return (f"Observations '{p}' are stored raw as SB3's optimize_memory_usage layout: {p}/raw[0, r, e] is "
+                f"the observation of row r, env e; its next observation is {p}/raw[0, (r + 1) mod rows, e].")
+    return (f"Observations '{p}' are stored raw: {p}/raw[0, r, e] is the observation of row r, env e, "
+            f"{p}/raw[1, r, e] its next observation.")
 
 
 def _prefix(key: Any) -> str:
@@ -242,7 +267,9 @@ def saved_state_problems(path: str | os.PathLike[str]) -> list[str]:
             state = read_state(h5, attrs, str(attrs.get("buffer_class")), path)
             chunk_len = _int(state.arguments.get("chunk_len"), "chunk_len")
             for key, fs in state.stores.items():
-                check_own_state(fs, chunk_len=chunk_len, name="observations" if key is None else f"observations[{key}]")
+                if isinstance(fs, FrameStoreState):  # (a raw state was checked when read)
+                    check_own_state(fs, chunk_len=chunk_len,
+                                    name="observations" if key is None else f"observations[{key}]")
             if "extra/priority_masses" in state.arrays:  # a prioritized buffer's index, as load() checks it
                 saved_priorities({k[len("extra/"):]: v for k, v in state.arrays.items() if k.startswith("extra/")},
                                  rows=_int(state.arguments.get("buffer_size"), "buffer_size"),
@@ -270,7 +297,7 @@ def _check_kind(attrs: Mapping[str, Any], buffer_class: str, path: str) -> int:
         raise FormatError(f"{path} is a chunkstore file but not a saved replay buffer "
                           f"(buffer_format {kind!r}, expected {BUFFER_FORMAT!r})")
     version = attrs.get("buffer_format_version")
-    if version not in (1, BUFFER_FORMAT_VERSION):
+    if version not in (1, 2, BUFFER_FORMAT_VERSION):
         raise FormatError(f"{path} holds a replay buffer in layout version {version!r}; this "
                           f"sb3_integration reads versions 1..{BUFFER_FORMAT_VERSION} (upgrade chunkstore)")
     saved = attrs.get("buffer_class")
@@ -282,7 +309,8 @@ def _check_kind(attrs: Mapping[str, Any], buffer_class: str, path: str) -> int:
 def _state(h5: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplayState:
     if version == 1:
         return _state_v1(h5, attrs)
-    stores = {key: _store_state(h5, _prefix(key), meta) for key, meta in attrs["stores"]}
+    stores = {key: _raw_state(h5, _prefix(key), meta) if meta.get("storage") == RAW
+              else _store_state(h5, _prefix(key), meta) for key, meta in attrs["stores"]}
     return ReplayState(
         buffer_class=str(attrs["buffer_class"]), arguments=dict(attrs["arguments"]),
         pos=_int(attrs["pos"], "pos"), full=_bool(attrs["full"], "full"),
@@ -290,6 +318,17 @@ def _state(h5: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplayState
         stores=stores, extra=dict(attrs.get("extra") or {}),
         chunked={name: _chunked(h5, name) for name in attrs.get("chunked", [])},
     )
+
+
+def _raw_state(h5: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> RawStoreState:
+    """A raw key's state: its arrays from ``<prefix>/raw`` (checked against the declared geometry)."""
+    data = _extra(h5, f"{prefix}/raw")
+    state = RawStoreState(obs_shape=tuple(int(d) for d in meta["obs_shape"]), dtype=np.dtype(meta["dtype"]),
+                          n_rows=int(meta["n_rows"]), n_envs=int(meta["n_envs"]),
+                          stacks_per_row=int(meta["stacks_per_row"]), follow=bool(meta["follow"]),
+                          arrays=list(data))
+    state.check(prefix)
+    return state
 
 
 def _store_state(h5: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> FrameStoreState:
@@ -329,7 +368,7 @@ def _state_v1(h5: fmt.Store, attrs: Mapping[str, Any]) -> ReplayState:
     if attrs.get("nstep") is not None:
         arguments.update(attrs["nstep"])
     rows, n_envs = int(attrs["buffer_size"]), int(attrs["n_envs"])
-    stores = {}
+    stores: dict[Any, FrameStoreState | RawStoreState] = {}
     for key, meta in attrs["stores"]:
         prefix = _prefix(key)
         spr = len(meta["used"])
@@ -438,6 +477,7 @@ class ReplayFiles:
             "cache_bytes": b._cache_bytes,
             "frame_dedup": b.frame_dedup,
             "small_arrays": b.small_arrays,
+            "observation_storage": b.observation_storage,
         }
         if hasattr(b, "n_steps"):
             arguments.update(n_steps=b.n_steps, gamma=b.gamma)
@@ -462,6 +502,13 @@ class ReplayFiles:
         obs_space = space_from_dict(a.pop("observation_space"))
         act_space = space_from_dict(a.pop("action_space"))
         a.update({k: v for k, v in (("buffer_device", buffer_device), ("heap_bytes", heap_bytes)) if v is not None})
+        # each key's storage is the state's (a file from before raw keys holds frame stores only)
+        kinds = {key: RAW if isinstance(fs, RawStoreState) else COMPRESSED for key, fs in state.stores.items()}
+        keys = list(subspaces(obs_space))
+        if set(kinds) == set(keys):  # (else the key check below says why)
+            a["observation_storage"] = kinds.get(None, kinds)
+        else:
+            a.pop("observation_storage", None)
         buf = cls(rows * n_envs, obs_space, act_space, device=device, tier=tier, **a)  # type: ignore[call-arg]
         if not 0 <= state.pos < buf.buffer_size:
             raise ValueError(f"pos {state.pos} is outside 0..{buf.buffer_size - 1}")

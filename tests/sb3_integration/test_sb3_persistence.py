@@ -227,6 +227,9 @@ def test_saved_state_covers_every_attribute():
                     "compression_method", "chunk_len", "_cache_bytes", "frame_dedup", "_stores",
                     "store_options", "small_arrays", "_columns", "obs_shape", "action_dim", "observations",
                     "next_observations", "_plan", "_memo", "_owned", "_lock", "buffer_device",
+                    # each key's storage (saved as the stores' kinds), a key awaiting its first add,
+                    # and whether a sample is SB3's code alone (rebuilt with the views)
+                    "_storage", "_undecided", "_lean",
                     *replay._SMALL_ARRAYS}
     # sb3-extra-buffers' options (sb3_integration.interop.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
