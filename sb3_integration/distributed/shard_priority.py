@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.priority import GENERATION_DTYPE, PriorityIndex
+from chunkstore.priority import F32_TINY, GENERATION_DTYPE, PriorityIndex
 from sb3_integration.distributed.wire import SampleReply
 
 __all__ = ["ShardPriorities", "masses_of"]
@@ -36,14 +36,20 @@ _F32_MAX = float(np.finfo(np.float32).max)
 
 
 def masses_of(priorities: np.ndarray, alpha: float, epsilon: float, *, clamp: bool = False) -> np.ndarray:
-    """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN); ValueError when one overflows float32,
-    or (``clamp``) float32's largest value in its place."""
-    with np.errstate(over="ignore"):
+    """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN); ValueError when one overflows float32
+    or is positive below its smallest normal (which the index refuses: see
+    :func:`chunkstore.priority.check_masses`), or (``clamp``) the nearest mass the index holds
+    in its place (float32's largest, or its smallest normal)."""
+    with np.errstate(over="ignore", under="ignore"):
         m = np.power(np.asarray(priorities, np.float64) + epsilon, alpha)
-    if clamp:
-        return np.minimum(m, _F32_MAX)  # NaN stays NaN
+    if clamp:  # NaN stays NaN
+        return np.where((m > 0) & (m < F32_TINY), F32_TINY, np.minimum(m, _F32_MAX))
     if m.size and np.nanmax(m, initial=0.0) > _F32_MAX:
         raise ValueError("priorities ** alpha must fit in float32")
+    low = m[m > 0].min(initial=np.inf)
+    if low < F32_TINY:
+        raise ValueError(f"priorities ** alpha of {low:g} is below float32's smallest normal ({F32_TINY:g}), "
+                         f"which the priority index refuses: give 0 (never drawn) or a larger priority")
     return m
 
 
@@ -92,7 +98,8 @@ class ShardPriorities:
             index.set(at)
             return
         # clamped, never refused: the rows are in the ring already (a writer's priority so large
-        # that its mass overflows float32 is held as float32's largest)
+        # that its mass overflows float32 is held as float32's largest, one so small that its
+        # mass is below float32's smallest normal as that smallest normal)
         m = masses_of(given, float(self.spec.priority_alpha), float(self.spec.priority_epsilon), clamp=True)
         # a row without one gets the largest mass written before it (rows in their write order)
         before = np.maximum.accumulate(np.concatenate([[index.max], np.nan_to_num(m, nan=0.0)]))[:-1]
