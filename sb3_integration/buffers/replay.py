@@ -316,9 +316,14 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
 
     # -- reading ---------------------------------------------------------------------------
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
-        """SB3's ``sample``; from an empty buffer, SB3's error (numpy's ``high <= 0``) says why too."""
-        if self.size():  # type: ignore[attr-defined]
-            return super().sample(batch_size, env=env)  # type: ignore[misc]
+        """SB3's ``sample``; from an empty buffer, SB3's error (numpy's ``high <= 0``) says why too.
+
+        Drawn and read under the writer's lock: an ``add()`` in another thread waits, so a
+        sample is whole (each row's fields from one transition).
+        """
+        with self._lock:
+            if self.size():  # type: ignore[attr-defined]
+                return super().sample(batch_size, env=env)  # type: ignore[misc]
         return like_sb3(lambda: super(_CompressedReplayMixin, self).sample(batch_size, env=env),  # type: ignore[misc]
                         "sample() from an empty buffer: add transitions first", argument=False)
 
