@@ -49,10 +49,12 @@ def check_masses(masses: np.ndarray) -> None:
     1e-45 and 2e-45 as the same value. NaN and negative masses are refused too."""
     if not masses.size:
         return
-    if not (np.isfinite(masses).all() and masses.min() >= 0 and masses.max() <= _F32_MAX):
+    low, high = masses.min(), masses.max()
+    if not (low >= 0 and high <= _F32_MAX):  # NaN fails both comparisons: min and max carry it
         raise ValueError("masses must be finite, >= 0 and within float32's range (a buffer's mass is "
                          "priority ** alpha)")
-    low = masses[masses > 0].min(initial=np.inf)
+    if low == 0:  # the smallest positive one (the common case, all positive, needs no mask)
+        low = masses[masses > 0].min(initial=np.inf)
     if low < F32_TINY:
         raise ValueError(f"a mass (priority ** alpha) of {low:g} is below float32's smallest normal "
                          f"({F32_TINY:g}), where float32 holds it imprecisely or as 0: use a priority of 0 "
