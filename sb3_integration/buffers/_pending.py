@@ -22,6 +22,7 @@ sample and finds it two ways:
 from __future__ import annotations
 
 import collections
+import contextlib
 import weakref
 from typing import Any
 
@@ -61,10 +62,8 @@ class PendingSamples:
             if records.get(key, (None,))[0] is ref:
                 records.pop(key, None)
 
-        try:
+        with contextlib.suppress(TypeError):  # an object without weak references: found by value only
             records[key] = (weakref.ref(indices, forget), value, generations)
-        except TypeError:  # an object without weak references: found by value only
-            pass
         self._by_value.setdefault(value, collections.deque()).append(generations)
         self._order.append(value)
         while len(self._order) > self.window:

@@ -58,7 +58,7 @@ def torn_rows(buf, dict_obs: bool, seconds: float) -> tuple[int, int]:  # type: 
             while not stop.is_set():
                 buf.add(*step(i, dict_obs))
                 i += 1
-        except BaseException as e:  # noqa: BLE001 - reported by the test
+        except BaseException as e:
             errors.append(e)
 
     for i in range(64):
