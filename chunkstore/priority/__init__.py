@@ -14,8 +14,10 @@ It knows nothing about RL: a prioritized replay buffer stores ``priority ** alph
 
 Small: a ``fanout``-ary tree (32 by default) with fp32 leaves, fp64 sums and fp32 minimums
 above them, and a uint16 generation per slot: about 6.4 bytes per slot (measured:
-``tools/bench_prioritized.py``). A mass is held as fp32 (relative rounding below 6e-8); the
-sums are fp64 and every node is recomputed from its children, so sampling follows the fp32
+``tools/bench_prioritized.py``). A mass is 0 or within fp32's normal range, ``[2**-126,
+float32's max]`` (about ``[1.18e-38, 3.4e38]``), and is held as fp32 with relative rounding
+below 6e-8; a positive mass below that range (which fp32 would hold with less precision, or as
+0) is refused with a ValueError (:func:`check_masses`), as is one above it. The sums are fp64 and every node is recomputed from its children, so sampling follows the fp32
 masses exactly. The kernels are numba (``chunkstore.priority._kernels``), GIL-free.
 
 Interrupts: every call validates first, then changes the index in one kernel call that
@@ -31,12 +33,32 @@ import numpy as np
 
 from chunkstore.priority import _kernels as _k
 
-__all__ = ["DEFAULT_FANOUT", "GENERATION_DTYPE", "PriorityIndex"]
+__all__ = ["DEFAULT_FANOUT", "F32_TINY", "GENERATION_DTYPE", "PriorityIndex", "check_masses"]
 
 DEFAULT_FANOUT = 32
 #: a slot's generation wraps after 65536 overwrites: an update older than that would apply
 GENERATION_DTYPE = np.uint16
 _F32_MAX = float(np.finfo(np.float32).max)
+#: the smallest positive mass held: fp32's smallest normal (below it fp32 loses relative precision)
+F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def check_masses(masses: np.ndarray) -> None:
+    """ValueError unless every mass (fp64) is 0 or in ``[F32_TINY, float32's max]``, which fp32
+    holds with relative rounding below 6e-8: a mass of 1e-46 would be held as 0 (never drawn),
+    1e-45 and 2e-45 as the same value. NaN and negative masses are refused too."""
+    if not masses.size:
+        return
+    low, high = masses.min(), masses.max()
+    if not (low >= 0 and high <= _F32_MAX):  # NaN fails both comparisons: min and max carry it
+        raise ValueError("masses must be finite, >= 0 and within float32's range (a buffer's mass is "
+                         "priority ** alpha)")
+    if low == 0:  # the smallest positive one (the common case, all positive, needs no mask)
+        low = masses[masses > 0].min(initial=np.inf)
+    if low < F32_TINY:
+        raise ValueError(f"a mass (priority ** alpha) of {low:g} is below float32's smallest normal "
+                         f"({F32_TINY:g}), where float32 holds it imprecisely or as 0: use a priority of 0 "
+                         f"(never drawn) or at least the smallest normal, or epsilon > 0")
 
 
 def _level_sizes(capacity: int, fanout: int) -> list[int]:
@@ -207,8 +229,7 @@ class PriorityIndex:
             v = np.full(n, float(v))
         if v.shape != (n,):
             raise ValueError(f"masses must have shape ({n},), got {v.shape}")
-        if n and not (np.isfinite(v).all() and v.min() >= 0 and v.max() <= _F32_MAX):
-            raise ValueError("masses must be finite, >= 0 and within float32's range")
+        check_masses(v)
         return np.ascontiguousarray(v)
 
     # -- state ---------------------------------------------------------------------------

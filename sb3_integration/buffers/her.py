@@ -151,8 +151,10 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
         return set(self.observation_space.spaces) - {"achieved_goal", "desired_goal"}  # type: ignore[attr-defined]
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:  # type: ignore[override]
-        """SB3's HER sample (real and relabelled halves), observations converted as sb3-extra-buffers'."""
-        samples = super().sample(batch_size, env)
+        """SB3's HER sample (real and relabelled halves), observations converted as sb3-extra-buffers'
+        (under the writer's lock: a concurrent ``add()`` cannot tear it)."""
+        with self._lock:
+            samples = super().sample(batch_size, env)
         return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
 
     # -- sampling: SB3's code; each half of the batch reads its obs and next obs in one pass --

@@ -16,17 +16,24 @@ smallest priority), which is ``(p_i^alpha / min_j p_j^alpha)^-beta``. With ``alp
 uniform and every weight is exactly 1.0. A sample's fields other than ``weights`` and ``indices``
 are what SB3's ``_get_samples`` computes for the drawn rows and envs.
 
-Stale updates. Each slot has a generation that moves on when the slot is overwritten; a sample
-records the generations of what it drew (for the last :data:`PENDING_SAMPLES` samples, keyed by
-the indices' values), and ``update_priorities`` given those indices (the same object, a copy, a
-tensor of them, pickled and back: the same values in the same order) drops the entries whose slot
-was overwritten since. Indices that match none of those samples (a slice, a reordering, a sample
-older than the last :data:`PENDING_SAMPLES`) update the transitions stored now.
+Stale updates. Each slot has a generation that moves on when the slot is overwritten; each
+sample records the generations of what it drew (:mod:`sb3_integration.buffers._pending`), and
+``update_priorities`` drops the entries whose slot was overwritten since *that* sample drew
+it, even when a later sample returned the same index values. Given the ``indices`` object the
+sample returned (as SB3-style learners pass ``samples.indices``), it finds that sample's own
+record for as long as the object lives. Given a copy (a list, a tensor of them, a pickle: the
+same values in the same order) it finds the last :data:`PENDING_SAMPLES` samples with those
+values, and an entry applies only where every one of them drew the slot's current generation
+(where they disagree the update might be the older one's: dropped). Indices that match no
+sample (a slice, a reordering, a copy of a sample older than the last :data:`PENDING_SAMPLES`)
+update the transitions stored now.
+
+Threads. ``add()`` and ``sample()`` take the buffer's lock, so with one writer thread and
+sampling threads every sample is whole: drawn and read between two adds.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 from typing import Any, NamedTuple
 
@@ -34,7 +41,8 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore.priority import PriorityIndex
+from chunkstore.priority import PriorityIndex, check_masses
+from sb3_integration.buffers._pending import PendingSamples
 from sb3_integration.buffers.replay import (
     CompressedDictReplayBuffer,
     CompressedNStepReplayBuffer,
@@ -57,7 +65,7 @@ __all__ = [
     "saved_priorities",
 ]
 
-#: samples whose generations are kept for update_priorities' stale check
+#: recent samples whose generations update_priorities finds by the indices' values (copies of them)
 PENDING_SAMPLES = 256
 _PRIORITY_ARRAYS = ("priority_masses", "priority_generations", "priority_max")
 
@@ -98,6 +106,11 @@ def _nonneg(value: Any, name: str) -> float:
 def _vector(x: Any, name: str) -> np.ndarray:
     """``x`` (numpy, torch or a sequence) as a 1-D numpy array."""
     if isinstance(x, th.Tensor):
+        if x.device.type == "meta":
+            raise ValueError(f"{name} are on torch's meta device, which holds no values (a meta buffer's "
+                             f"samples have shapes only): give {name} on a device with data")
+        if x.is_floating_point() and x.dtype not in (th.float16, th.float32, th.float64):
+            x = x.float()  # bfloat16, float8: numpy has no such dtype; exact in float32
         x = x.detach().cpu().numpy()
     try:
         a = np.asarray(x)
@@ -121,8 +134,10 @@ def checked_update(indices: Any, priorities: Any, alpha: float,
                    epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An ``update_priorities`` call's arguments checked: ``(indices int64, priorities fp64, masses)``
     with ``masses = (priorities + epsilon) ** alpha``; ValueError naming what is wrong otherwise
-    (not 1-D, different lengths, non-integer indices, priorities negative, NaN, infinite, or whose
-    masses overflow float32). Where the indices may point is the caller's to check."""
+    (not 1-D, different lengths, non-integer indices, on torch's meta device, priorities
+    negative, NaN, infinite, or whose masses fp32 cannot hold: see
+    :func:`chunkstore.priority.check_masses`). Tensors of any float dtype are read (bfloat16 as
+    float32). Where the indices may point is the caller's to check."""
     idx, pri = _vector(indices, "indices"), _vector(priorities, "priorities")
     if idx.size and idx.dtype.kind not in "iu":
         raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
@@ -135,7 +150,9 @@ def checked_update(indices: Any, priorities: Any, alpha: float,
         raise ValueError("priorities must be finite and >= 0")
     if idx.size and idx.dtype.kind == "u" and int(idx.max()) > np.iinfo(np.int64).max:  # a cast would wrap it
         raise ValueError(f"indices must be stored transitions; got {int(idx.max())}")
-    return idx.astype(np.int64), pri, priority_masses(pri, alpha, epsilon)
+    masses = priority_masses(pri, alpha, epsilon)
+    check_masses(masses)
+    return idx.astype(np.int64), pri, masses
 
 
 class PrioritizedReplayMixin:
@@ -166,7 +183,7 @@ class PrioritizedReplayMixin:
                          optimize_memory_usage, handle_timeout_termination, **options)
         self._alpha, self._beta, self._epsilon = alpha, beta, epsilon
         self._priorities = PriorityIndex(self.buffer_size * self.n_envs)
-        self._pending: collections.OrderedDict[bytes, np.ndarray] = collections.OrderedDict()
+        self._pending = PendingSamples(PENDING_SAMPLES)
 
     # -- the options ----------------------------------------------------------------------
     @property
@@ -247,8 +264,9 @@ class PrioritizedReplayMixin:
             return self._prioritized(samples, none, np.zeros(0, np.float32))
         if self.prefetch:  # type: ignore[attr-defined]
             return self._prefetched(batch_size, env)  # type: ignore[attr-defined]
-        draw = self._sampler.sample(self, batch_size)
-        return self._finish_draw(draw, self._read_draw(draw, env))  # type: ignore[attr-defined]
+        with self._lock:  # drawn and read under the writer's lock: a concurrent add() cannot tear a sample
+            draw = self._sampler.sample(self, batch_size)
+            return self._finish_draw(draw, self._read_draw(draw, env))  # type: ignore[attr-defined]
 
     def _draw_slots(self, batch_size: int, rng: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``batch_size`` slots stratified by mass (``rng``: None for numpy's global generator), their
@@ -266,16 +284,14 @@ class PrioritizedReplayMixin:
         return slots, importance_weights(masses, low, self._beta), gens
 
     def _finish_draw(self, draw: Draw, samples: Any) -> Any:
-        """The read ``samples`` with weights and indices; the draw's generations kept for ``update_priorities``."""
+        """The read ``samples`` with weights and indices; the draw's generations kept for ``update_priorities``
+        as this sample's own record (see :mod:`~sb3_integration.buffers._pending`)."""
         assert draw.envs is not None and draw.generations is not None and draw.weights is not None  # prioritized draws
         slots = draw.rows * self.n_envs + draw.envs
         with self._lock:
-            key = slots.tobytes()  # by value: copies and tensors of these indices find it too
-            self._pending[key] = draw.generations
-            self._pending.move_to_end(key)
-            while len(self._pending) > PENDING_SAMPLES:
-                self._pending.popitem(last=False)
-        return self._prioritized(samples, slots, draw.weights)
+            out = self._prioritized(samples, slots, draw.weights)
+            self._pending.record(out.indices, slots, draw.generations)
+        return out
 
     def _prioritized(self, samples: Any, slots: np.ndarray, weights: np.ndarray) -> Any:
         """SB3's ``samples`` with ``weights`` (on ``device``) and ``indices`` (on ``buffer_device`` if set)."""
@@ -296,7 +312,7 @@ class PrioritizedReplayMixin:
             stored = (self.buffer_size if self.full else self.pos) * self.n_envs
             if idx.size and (idx.min() < 0 or idx.max() >= stored):
                 raise ValueError(f"indices must be stored transitions, in [0, {stored}); got {idx.min()}..{idx.max()}")
-            gens = self._pending.get(idx.tobytes())
+            gens = self._pending.expected(indices, idx, self._priorities.generations(idx))
             keep = np.ones(len(idx), bool)
             if self.optimize_memory_usage and self.full:  # the row being overwritten keeps no mass
                 keep = idx // self.n_envs != self.pos
@@ -340,7 +356,7 @@ class PrioritizedReplayMixin:
         super().__setstate__(state)  # type: ignore[misc]
         check_masses_stored(index, n_envs=self.n_envs, pos=self.pos, full=self.full)
         self._priorities = index
-        self._pending = collections.OrderedDict()
+        self._pending = PendingSamples(PENDING_SAMPLES)
 
 
 class CompressedPrioritizedReplayBuffer(PrioritizedReplayMixin, CompressedReplayBuffer):

@@ -412,14 +412,18 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         The sampler draws the rows with SB3's call on numpy's global generator, and SB3's
         ``_get_samples`` draws the envs and reads them: SB3's samples, bit for bit (its errors
         too). With ``prefetch``, a batch drawn ahead (see :mod:`sb3_integration.samplers.prefetch`).
+        Drawn and read under the writer's lock: an ``add()`` in another thread waits, so a sample is
+        whole (each row's fields from one transition); with ``prefetch`` an ``add()`` waits for the
+        reads already drawn, which gives the same.
         """
         if not self.size():  # type: ignore[attr-defined]
             return like_sb3(lambda: super(_CompressedReplayMixin, self).sample(batch_size, env=env),  # type: ignore[misc]
                             "sample() from an empty buffer: add transitions first", argument=False)
         if self.__dict__.get("_prefetch_k"):
             return self._prefetched(batch_size, env)
-        draw = self._sampler.sample(self, batch_size)
-        return self._finish_draw(draw, self._read_draw(draw, env))
+        with self._lock:
+            draw = self._sampler.sample(self, batch_size)
+            return self._finish_draw(draw, self._read_draw(draw, env))
 
     def _read_draw(self, draw: Draw, env: VecNormalize | None = None) -> Any:
         """The storage's read of a draw: SB3's ``_get_samples`` of its rows (which draws the envs when the

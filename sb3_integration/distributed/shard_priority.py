@@ -35,8 +35,9 @@ __all__ = ["ShardPriorities", "masses_of"]
 
 
 def masses_of(priorities: np.ndarray, alpha: float, epsilon: float, *, clamp: bool = False) -> np.ndarray:
-    """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN); ValueError when one overflows float32,
-    or (``clamp``) float32's largest value in its place: the host buffers' formula,
+    """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN); ValueError when one overflows float32
+    or is positive below its smallest normal, or (``clamp``) the nearest mass the index holds in its
+    place (float32's largest, or its smallest normal): the host buffers' formula,
     :func:`~sb3_integration.samplers.prioritized.priority_masses`."""
     return priority_masses(priorities, alpha, epsilon, clamp=clamp)
 
@@ -86,7 +87,8 @@ class ShardPriorities:
             index.set(at)
             return
         # clamped, never refused: the rows are in the ring already (a writer's priority so large
-        # that its mass overflows float32 is held as float32's largest)
+        # that its mass overflows float32 is held as float32's largest, one so small that its
+        # mass is below float32's smallest normal as that smallest normal)
         m = masses_of(given, float(self.spec.priority_alpha), float(self.spec.priority_epsilon), clamp=True)
         # a row without one gets the largest mass written before it (rows in their write order)
         before = np.maximum.accumulate(np.concatenate([[index.max], np.nan_to_num(m, nan=0.0)]))[:-1]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkstore.priority import F32_TINY
 from sb3_integration.samplers.base import Draw, Sampler
 
 __all__ = ["PrioritizedSampler", "priority_masses"]
@@ -28,20 +29,27 @@ _F32_MAX = float(np.finfo(np.float32).max)
 def priority_masses(priorities: Any, alpha: float, epsilon: float, *, clamp: bool = False) -> np.ndarray:
     """``(p + epsilon) ** alpha`` in fp64 (NaN stays NaN).
 
-    A mass above float32's largest (the index holds float32) is a ValueError, or with
-    ``clamp`` float32's largest value in its place (a shard clamps rows already written).
+    A mass above float32's largest (the index holds float32), or positive below its smallest
+    normal (which float32 holds imprecisely or as 0: see :func:`chunkstore.priority.check_masses`),
+    is a ValueError, or with ``clamp`` the nearest mass the index holds in its place (float32's
+    largest, or its smallest normal: a shard clamps rows already written).
 
     Examples
     --------
     >>> priority_masses([0.0, 3.0], alpha=0.5, epsilon=1.0)
     array([1., 2.])
     """
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):
         m = (np.asarray(priorities, np.float64) + epsilon) ** alpha
-    if clamp:
-        return np.minimum(m, _F32_MAX)  # NaN stays NaN
+    if clamp:  # NaN stays NaN
+        return np.where((m > 0) & (m < F32_TINY), F32_TINY, np.minimum(m, _F32_MAX))  # type: ignore[no-any-return]
     if m.size and np.nanmax(m, initial=0.0) > _F32_MAX:
         raise ValueError("priorities ** alpha must fit in float32")
+    low = m[m > 0].min(initial=np.inf)
+    if low < F32_TINY:
+        raise ValueError(f"a mass (priority ** alpha) of {low:g} is below float32's smallest normal "
+                         f"({F32_TINY:g}), where float32 holds it imprecisely or as 0: use a priority of 0 "
+                         f"(never drawn) or at least the smallest normal, or epsilon > 0")
     return m  # type: ignore[no-any-return]
 
 

@@ -276,3 +276,39 @@ def test_a_priority_whose_mass_overflows_float32_is_clamped_and_the_writer_goes_
     assert st.count == 2
     masses = st.priorities.get(st.live_rows())
     assert masses[0] == float(np.finfo(np.float32).max) and masses[1] == pytest.approx((1.0 + 1e-3) ** 2)
+
+
+def test_the_issue_34_case_late_updates_carry_their_own_generation():
+    """4 slots, alpha 1, eps 0, all the mass on one row; sample A draws it, a new row overwrites
+    it, sample B draws it: the indices a learner gets differ (the generation is in them), and
+    A's late update is dropped. (The Ray path carried generations in the indices already.)"""
+    from sb3_integration.distributed.prioritized import encode_indices
+
+    st = store(4, alpha=1.0, epsilon=0.0)
+    f = Feeder(st, seed=3)
+    f.feed(4, given=0.0)
+    live = st.live_rows()
+    gens = st.priorities.generations(live)
+    assert st.update_priorities(live, gens, np.array([1000.0, 0.0, 0.0, 0.0])) == 4
+    a = st.sample_prioritized(1, np.random.default_rng(0), decode=False)
+    assert a.rows[0] == live[0]
+    f.feed(1, given=0.0)  # evicts the row with all the mass; the new row takes its slot at mass 1000
+    b = st.sample_prioritized(1, np.random.default_rng(1), decode=False)
+    assert b.rows[0] == a.rows[0] and b.generations[0] != a.generations[0]
+    assert encode_indices([0], a.generations, a.rows)[0] != encode_indices([0], b.generations, b.rows)[0]
+    assert st.update_priorities(a.rows, a.generations, np.array([7.0])) == 0
+    assert st.priorities.get(b.rows)[0] == 1000.0
+    assert st.update_priorities(b.rows, b.generations, np.array([5.0])) == 1
+
+
+def test_priorities_below_float32s_normal_range_clamped_from_writers_refused_from_learners():
+    tiny = float(np.finfo(np.float32).tiny)
+    st = store(8, alpha=1.0, epsilon=0.0)
+    f = Feeder(st)
+    s = helpers.stacked_steps(3, 2)
+    f.w.add(*s[0], priorities=[1e-45])  # a float32 subnormal: its mass is held as the smallest normal
+    st.insert(f.w.drain())
+    assert st.priorities.get(st.live_rows())[0] == tiny
+    with pytest.raises(ValueError, match="smallest normal"):
+        st.update_priorities(st.live_rows(), st.priorities.generations(st.live_rows()), np.array([1e-46]))
+    assert st.priorities.get(st.live_rows())[0] == tiny

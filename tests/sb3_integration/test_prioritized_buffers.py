@@ -368,9 +368,13 @@ def test_stale_updates_dropped_for_copies_of_a_samples_indices(as_) -> None:  # 
     before = buf.priorities().copy()
     buf.update_priorities(idx, np.full(4, 100.0))
     np.testing.assert_array_equal(buf.priorities(), before)  # all stale: dropped
-    s = buf.sample(4)  # a fresh sample's copy is not stale
-    buf.update_priorities(list(s.indices), np.full(4, 100.0))
-    assert (buf.priorities()[np.unique(s.indices)] == pytest.approx(100.0))
+    fresh = buf.sample(4)
+    same = np.array_equal(fresh.indices, s.indices)  # the earlier sample's values, other generations
+    buf.update_priorities(list(fresh.indices), np.full(4, 100.0))
+    if same:  # a copy of values two samples returned may be the earlier one's: dropped (issue 34)
+        np.testing.assert_array_equal(buf.priorities(), before)
+        buf.update_priorities(fresh.indices, np.full(4, 100.0))  # the fresh sample's own: applied
+    assert (buf.priorities()[np.unique(fresh.indices)] == pytest.approx(100.0))
 
 
 def test_sample_zero_is_empty_as_sb3() -> None:
