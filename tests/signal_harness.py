@@ -6,7 +6,9 @@ KeyboardInterrupt armed at a random delay before every call, so interrupts land 
 ``add``, ``sample``, ``save`` and ``load``. An add counts as accepted when ``pos`` moved (the
 add's commit); SB3's buffer gets exactly the accepted transitions. It checks, after every
 interrupt, that every row but the current one equals SB3's, and at the end that every row,
-samples and a saved file equal SB3's. It prints one ``RESULT {json}`` line; a crash, an abort
+samples and a saved file equal SB3's. ``spill <n_envs> <seconds> <seed> <heap_bytes>``
+(:func:`run_spill`) does the same for adds and samples of a device buffer whose heap spills, on
+synthetic stacks. It prints one ``RESULT {json}`` line; a crash, an abort
 or a hang shows as a missing line or a non-zero exit to the test that runs it.
 """
 
@@ -271,6 +273,121 @@ def run_saves(seconds: float, seed: int) -> dict:
     return out
 
 
+def synthetic_stacks(n_envs: int, seed: int):
+    """Endless Atari-like transitions of ``n_envs`` envs: 4-frame 84x84 stacks that shift by one frame a
+    step (zeros after a reset). A new frame repeats the last (40%: its record is 0 bytes, encoded as
+    its reference), changes 200 pixels of it (20%) or is new noise (40%: records near their bound, so
+    a small heap fills a segment every few adds)."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 256, (n_envs, 84, 84), np.uint8)
+    stacks = np.zeros((n_envs, 4, 84, 84), np.uint8)
+    while True:
+        obs, nxt = stacks.copy(), np.empty_like(stacks)
+        dones = rng.random(n_envs) < 0.02
+        for e in range(n_envs):
+            u = rng.random()
+            if u >= 0.6:
+                frames[e] = rng.integers(0, 256, (84, 84), np.uint8)
+            elif u >= 0.4:
+                frames[e].reshape(-1)[rng.integers(0, 84 * 84, 200)] = rng.integers(0, 256, 200, np.uint8)
+            nxt[e] = np.concatenate([stacks[e, 1:], frames[e][None]])
+            stacks[e] = 0 if dones[e] else nxt[e]
+        infos = [{"TimeLimit.truncated": bool(d and rng.random() < 0.5)} for d in dones]
+        yield obs, nxt, rng.integers(0, 6, (n_envs, 1)), rng.random(n_envs).astype(np.float32), dones, infos
+
+
+def device_books(ours) -> bool:
+    """The device store's counts cover their users: every reference row counts at least the items
+    encoded against it, every heap segment at least the bytes of its items' records, and no item's
+    record lies in a freed segment (a count below its users recycles a row or segment still read)."""
+    arr = ours.frame_stores[None].frames
+    items, pool, heap = arr._items, arr._pool, arr._heap
+    users = np.bincount(items["ref"][items["ref"] > 0], minlength=pool.count.size)
+    has = items["addr"] >= 0
+    held = np.bincount(items["addr"][has] // heap.segment_bytes, weights=arr._record_sizes(items)[has],
+                       minlength=heap._live.size)
+    return bool((pool.count >= users).all() and (heap._live >= held).all()
+                and heap._used[np.unique(items["addr"][has] // heap.segment_bytes)].all())
+
+
+def run_spill(n_envs: int, heap_bytes: int, seconds: float, seed: int) -> dict:
+    """Adds and samples of a device buffer whose heap spills, each interrupted at a random delay;
+    every interrupted add is retried (with the same transition) until ``pos`` moves, as the README
+    says, the 51st try uninterrupted (it must move ``pos``: else ``stuck``); SB3's buffer gets each
+    transition once. Checked bit for bit against SB3's buffer: every
+    row and a seeded sample (every 10 adds), at the end all of them."""
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    from sb3_integration import CompressedReplayBuffer
+
+    img, act, rows = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6), 16
+    ref = ReplayBuffer(rows, img, act, "cpu", n_envs=n_envs)
+    ours = CompressedReplayBuffer(rows, img, act, "cpu", n_envs=n_envs, buffer_device="cpu", heap_bytes=heap_bytes)
+    steps = synthetic_stacks(n_envs, seed)
+    add_s, sample_s = [], []
+    for _ in range(40):  # uninterrupted: how long an add and a sample take here
+        step = next(steps)
+        t0 = time.perf_counter()
+        ours.add(*step)
+        add_s.append(time.perf_counter() - t0)
+        ref.add(*step)
+        t0 = time.perf_counter()
+        ours.sample(8)
+        sample_s.append(time.perf_counter() - t0)
+    add_max, sample_max = 30 * float(np.median(add_s)), 3 * float(np.median(sample_s))
+    timer = Timer(seed, 1e6 * add_max)
+    out = {"adds": 0, "interrupted": 0, "samples": 0, "samples_interrupted": 0, "mismatches": 0,
+           "sample_mismatches": 0, "errors": 0, "stuck": 0, "books_bad": 0, "calm_retries": 0,
+           "calm_retry_ms": 0.0,
+           "median_add_us": round(1e6 * float(np.median(add_s)), 1)}
+    deadline = time.monotonic() + seconds
+    k = 0
+    while time.monotonic() < deadline:
+        step = next(steps)
+        for attempt in range(51):  # the retry: the same transition until pos moves
+            before = (ours.pos, ours.full)
+            timer.max_s = add_max
+            try:
+                if attempt == 50:  # a retry the timer always cut short (a loaded machine): one uninterrupted
+                    t0 = time.perf_counter()
+                    ours.add(*step)
+                    out["calm_retries"] += 1
+                    out["calm_retry_ms"] = max(out["calm_retry_ms"], round(1e3 * (time.perf_counter() - t0), 1))
+                    hit = False
+                else:
+                    hit = guarded(timer, lambda step=step: ours.add(*step))
+            except Exception as e:
+                out["errors"] += 1
+                print("ERROR", type(e).__name__, e, file=sys.stderr)
+                hit = True
+            out["adds"] += 1
+            out["interrupted"] += hit
+            if (ours.pos, ours.full) != before:
+                ref.add(*step)
+                break
+        else:
+            out["stuck"] += 1
+            break
+        k += 1
+        timer.max_s = sample_max
+        for _ in range(2):
+            try:
+                out["samples_interrupted"] += guarded(timer, lambda: ours.sample(8))
+            except Exception as e:
+                out["errors"] += 1
+                print("ERROR sample", type(e).__name__, e, file=sys.stderr)
+            out["samples"] += 1
+        if k % 10 == 0:
+            out["mismatches"] += not rows_equal(ref, ours)
+            out["sample_mismatches"] += not samples_equal(ref, ours, k)
+            out["books_bad"] += not device_books(ours)
+    out["accepted"] = k
+    out["final_equal"] = rows_equal(ref, ours) and samples_equal(ref, ours, seed) and device_books(ours)
+    out["spills"] = ours.frame_stores[None].frames.info()["heap"]["spills"]
+    return out
+
+
 def main() -> None:
     import torch as th
 
@@ -278,6 +395,8 @@ def main() -> None:
     scenario, tier, seconds, seed = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
     if scenario in ("replay", "dict", "nstep"):
         result = run_adds(scenario, tier, seconds, seed)
+    elif scenario == "spill":  # spill <n_envs> <seconds> <seed> <heap_bytes>
+        result = run_spill(int(tier), int(sys.argv[5]), seconds, seed)
     elif scenario == "sample":
         result = run_samples(int(tier), seconds, seed)
     else:

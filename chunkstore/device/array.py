@@ -346,7 +346,13 @@ class DeviceArray(WriteFrontEnd):
             # take (records, reference counts), install in one step, give back the old ones. An
             # interrupt before the install gives back what was taken; one after it gives back
             # the old ones. Where a step may or may not have run (an interrupt as it returned)
-            # it is left alone: the worst is a record or a reference kept, never one freed twice
+            # it is left alone: the worst is a record or a reference kept, never one freed twice.
+            # Whether the install ran is read from the items only where it may have (stage 2):
+            # a chunk rewritten with what it holds (a retried add, items equal to their
+            # references: records of 0 bytes at address -1) has new == old, and reading the
+            # items earlier took a rewrite that never reached incref for an install, giving
+            # back references that were never taken (counts below their users, rows recycled
+            # under live items). At stage 2 with new == old both readings give back the same.
             stage = 0
             try:
                 new["addr"] = self._heap.put(self._scratch, meta[:, 2])
@@ -359,7 +365,8 @@ class DeviceArray(WriteFrontEnd):
                 stage = 4
                 self._pool.decref(old["ref"])
             except BaseException:
-                if not (self._items[ids] == new).all():  # not installed
+                installed = stage >= 3 or (stage == 2 and bool((self._items[ids] == new).all()))
+                if not installed:
                     if stage >= 1:
                         self._heap.release(new["addr"], self._record_sizes(new))
                     if stage >= 2:

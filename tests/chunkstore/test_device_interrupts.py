@@ -101,3 +101,77 @@ def test_the_pool_grows_in_one_step():
             pool.incref(np.array([row]))
             assert pool.alive(row) and pool.rows[row].tolist() == [40 + i] * 4
         assert [pool.rows[r].tolist()[0] for r in range(1, 8)] == list(range(1, 8))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [None, 256, 0])  # 256: one segment on the device (spills); 0: host RAM only
+def test_a_chunk_rewritten_with_what_it_holds_interrupted_anywhere(budget):
+    """A retried add writes a chunk's items again: items equal to their reference have records of
+    0 bytes (address -1), so the new entries equal the old ones. An interrupt before the new
+    references were counted was read as "installed" and gave back the old references: counts fell
+    below their users, the row was recycled under live items (wrong reads), and a later rewrite
+    raised "reference counts would go negative" (issue 34)."""
+    same, other = SAME, [chunk_items(1)]
+
+    def build() -> DeviceArray:
+        return build_rewritable(budget)
+
+    probe = build()
+    assert (probe._items["addr"][:L] == -1).all() and (probe._items["ref"][:L] > 0).all()
+    total = count_events(lambda: probe.write(0, same))
+    assert total > 50
+    for at in range(1, total + 1):
+        arr = build()
+        interrupted(lambda arr=arr: arr.write(0, same), at)
+        check_books(arr)
+        arr.write(0, same)  # the retry
+        arr.flush()
+        check_books(arr)
+        for c in (2, 3):  # new references: a row given back too early is handed out again
+            arr.write(c * L, chunk_items(c))
+        want = np.concatenate([same, *other, chunk_items(2), chunk_items(3)])
+        assert np.array_equal(arr.take(np.arange(4 * L)).numpy(), want), f"event {at}"
+        arr.write(0, chunk_items(40))  # frees the old references: never below zero
+        check_books(arr)
+
+
+def build_small(budget: int | None) -> DeviceArray:
+    return DeviceArray(64, (ITEM,), np.uint8, chunk_len=L, device="cpu", segment_bytes=256, budget_bytes=budget,
+                       max_open=1)
+
+
+#: a chunk whose items all equal the reference the policy makes of the first (records of 0 bytes)
+SAME = np.repeat(np.random.default_rng(34).integers(1, 256, ITEM, np.uint8)[None], L, axis=0)
+
+
+def build_rewritable(budget: int | None) -> DeviceArray:
+    """Chunk 0 holds :data:`SAME` (references counted, no record), chunk 1 an ordinary chunk."""
+    arr = build_small(budget)
+    arr.write(0, SAME)
+    arr.write(L, chunk_items(1))
+    return arr
+
+
+@pytest.mark.parametrize("budget", [None, 256, 0])
+def test_a_rewrite_interrupted_before_its_references_are_counted(budget, monkeypatch):
+    """The deterministic case of the test above: Ctrl-C as the rewrite counts its references
+    (``incref`` raising before it runs). Nothing was taken, so nothing may be given back."""
+    arr = build_rewritable(budget)
+    calls = []
+
+    def incref(rows: np.ndarray) -> None:
+        calls.append(rows)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arr._pool, "incref", incref)
+    with pytest.raises(KeyboardInterrupt):
+        arr.write(0, SAME)
+    monkeypatch.undo()
+    assert calls, "the rewrite did not reach incref"
+    check_books(arr)  # the original code gave back chunk 0's four references here
+    arr.write(0, SAME)  # the retry
+    arr.write(2 * L, chunk_items(2))  # a new reference: takes a row given back too early
+    want = np.concatenate([SAME, chunk_items(1), chunk_items(2)])
+    assert np.array_equal(arr.take(np.arange(3 * L)).numpy(), want)
+    arr.write(0, chunk_items(3))  # gives chunk 0's references back: never below zero
+    check_books(arr)
