@@ -145,7 +145,7 @@ def _refuse_spill_directories(path: str, arrays: Mapping[str, Any]) -> None:
     (a DiskTier's or HybridTier's segment files, removed with the directory when the tier
     closes: the saved file would go with them). The file a lazily loaded array reads may be
     ``path``: the new file is renamed over it, and the array keeps reading the old one."""
-    from chunkstore._paths import refuse_inputs_as_output
+    from chunkstore.paths import refuse_inputs_as_output
     from chunkstore.tiers import DiskTier, HybridTier
 
     directories = []

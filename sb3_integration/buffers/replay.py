@@ -43,7 +43,6 @@ once, and keeps the terminal observations that ``optimize_memory_usage`` loses.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -61,9 +60,11 @@ from stable_baselines3.common.buffers import (
 from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import Codec, LRUChunkCache, Tier, get_codec
-from chunkstore.validate import is_int
 from sb3_integration.buffers._closing import ClosableBuffer
+from sb3_integration.buffers._pickling import PickledBuffer
+from sb3_integration.buffers._prefetching import PrefetchFront
 from sb3_integration.buffers._prioritized_reads import read_samples
+from sb3_integration.buffers._sizes import BufferSizes
 from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
 from sb3_integration.buffers.observations import subspaces
 from sb3_integration.buffers.options import (
@@ -79,10 +80,8 @@ from sb3_integration.buffers.views import ObservationView, same_rows
 from sb3_integration.engine.device_stacks import check_not_meta, to_host
 from sb3_integration.engine.frame_state import RELEASE_LAG_CHUNKS
 from sb3_integration.engine.frames import NEXT, OBS, FrameStore
-from sb3_integration.engine.packing import pack_array, unpack_array
 from sb3_integration.engine.raw import (
     AUTO,
-    COMPRESSED,
     RAW,
     RawStore,
     choose_after_probe,
@@ -96,7 +95,7 @@ from sb3_integration.interop.extra_buffers import (
 )
 from sb3_integration.interop.sources import convert_into
 from sb3_integration.persistence.files import ReplayFiles
-from sb3_integration.samplers import Draw, Prefetcher, Sampler, UniformSampler, check_prefetch
+from sb3_integration.samplers import Draw, Sampler, UniformSampler, check_prefetch
 from sb3_integration.samplers.prefetch import prefetch_generator
 
 __all__ = [
@@ -119,11 +118,9 @@ COMPRESS_SMALL_FROM = 1_000_000
 #: rows: compressing a 1M SAC buffer's would save 8 MB and make sample(256) several times slower
 COMPRESS_SMALL_BYTES = 256 << 20
 B = TypeVar("B", bound="_CompressedReplayMixin")
-#: attributes set by sb3-extra-buffers' arguments that 0.1.0 pickles of n-step and HER buffers lack
-_LEGACY_DEFAULTS = {"normalize_images": False, "output_dtype": None}
 
 
-class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
+class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFiles, ClosableBuffer):
     """Observation storage shared by the replay buffers (put before the SB3 class).
 
     ``save(path)`` / ``load(path, device=...)``: see :mod:`sb3_integration.persistence.files`.
@@ -437,56 +434,6 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         """What ``sample()`` returns for a read draw (a prioritized buffer adds weights and indices)."""
         return samples
 
-    # -- prefetch ----------------------------------------------------------------------------
-    @property
-    def prefetch(self) -> int:
-        """Batches drawn and read ahead on a worker thread (0: off); settable, see
-        :mod:`sb3_integration.samplers.prefetch`."""
-        return int(self.__dict__.get("_prefetch_k", 0))
-
-    @prefetch.setter
-    def prefetch(self, value: int | None) -> None:
-        k = check_prefetch(value)
-        if k and not self._prefetch_supported:
-            raise ValueError(f"{type(self).__name__} does not take prefetch (it samples with SB3's own code)")
-        with self._lock:
-            self._stop_prefetch()
-            if k and self.__dict__.get("_prefetch_rng") is None:
-                self._prefetch_rng = prefetch_generator(self.__dict__.get("_prefetch_seed"))
-            self._prefetch_k = k
-
-    def _prefetched(self, batch_size: int, env: VecNormalize | None) -> Any:
-        with self._lock:
-            prefetcher = self.__dict__.get("_prefetcher")
-            if prefetcher is None:
-                prefetcher = self._prefetcher = Prefetcher(self._prefetch_k)
-            job = prefetcher.take(self, batch_size, env, self._prefetch_rng)  # type: ignore[arg-type]  # set with k
-        try:
-            samples = job.future.result()
-        except BaseException:
-            with self._lock:
-                prefetcher.drop()
-            raise
-        assert job.draw is not None  # a job without a draw failed, and its result() raised
-        return self._finish_draw(job.draw, samples)
-
-    def _quiesce(self) -> None:
-        """Wait until the batches drawn ahead are read (called holding the lock, before a write)."""
-        prefetcher = self.__dict__.get("_prefetcher")
-        if prefetcher is not None:
-            prefetcher.quiesce()
-
-    def _stop_prefetch(self) -> None:
-        """Drop the batches drawn ahead and stop the worker thread (the next sample() starts one)."""
-        prefetcher = self.__dict__.pop("_prefetcher", None)
-        if prefetcher is not None:
-            prefetcher.close()
-
-    def state_dict(self) -> Any:
-        with self._lock:
-            self._quiesce()  # an n-step read marks a row truncated while it runs, as SB3's does
-            return super().state_dict()
-
     def _sample_plan(self, batch_inds: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """The (which, rows) reads SB3's ``_get_samples`` will make for ``batch_inds``."""
         if self.optimize_memory_usage:
@@ -577,125 +524,6 @@ class _CompressedReplayMixin(ReplayFiles, ClosableBuffer):
         if env is not None:
             obs = {k: to_host(v) for k, v in obs.items()} if isinstance(obs, dict) else to_host(obs)
         return ReplayBuffer._normalize_obs(obs, env)
-
-    # -- sizes -----------------------------------------------------------------------------
-    @property
-    def nbytes_stored(self) -> int:
-        """Bytes holding the observations: compressed frames, open chunks, chunk tables, descriptors."""
-        return sum(s.nbytes_stored for s in self._stores.values())
-
-    @property
-    def device_nbytes(self) -> int:
-        """Bytes of ``buffer_device`` memory holding observation frames (0 with host frames)."""
-        return sum(s.device_nbytes for s in self._stores.values())
-
-    @property
-    def nbytes_raw(self) -> int:
-        """Bytes SB3's buffer with the same arguments holds for observations (and next observations)."""
-        per_row = sum(math.prod(s.obs_shape) * s.dtype.itemsize for s in self._stores.values())
-        return per_row * self.buffer_size * self.n_envs * (1 if self.optimize_memory_usage else 2)
-
-    @property
-    def small_nbytes(self) -> int:
-        """Bytes holding SB3's small arrays (actions, rewards, dones, timeouts)."""
-        if self._columns is not None:
-            return self._columns.nbytes
-        return sum(getattr(self, n).nbytes for n in _SMALL_ARRAYS)
-
-    @property
-    def nbytes_held(self) -> int:
-        """Every byte of memory the buffer's storage holds: the observations' (each frame store's
-        :meth:`~sb3_integration.engine.frames.FrameStore.held_info`: tiers with their slack, open and
-        spare chunks, tables, index, output blocks) and the small arrays' (with their slack)."""
-        small = self._columns.nbytes_held if self._columns is not None else self.small_nbytes
-        return sum(s.nbytes_held for s in self._stores.values()) + small
-
-    def storage_info(self) -> dict[str, Any]:
-        """Per observation key (``"observations"`` for a non-Dict space): layout, bytes, codec.
-
-        ``_totals`` adds ``nbytes_held``: what the buffer's storage costs the process (see
-        :attr:`nbytes_held`); ``nbytes_stored`` counts encoded chunks, open chunks, tables and
-        index only.
-        """
-        info = {("observations" if k is None else k): s.info() for k, s in self._stores.items()}
-        info["_totals"] = {
-            "nbytes_stored": self.nbytes_stored,
-            "device_nbytes": self.device_nbytes,
-            "nbytes_held": self.nbytes_held,
-            "nbytes_raw": self.nbytes_raw,
-            "other_arrays_nbytes": self.small_nbytes,
-            "transitions": self.size() * self.n_envs,  # type: ignore[attr-defined]
-        }
-        return info
-
-    # -- pickling: one moment of the buffer, through the frame stores' state ------------------
-    def __getstate__(self) -> dict[str, Any]:
-        with self._lock:  # the writer is held out while the moment is captured
-            self._quiesce()
-            state = self.__dict__.copy()
-            for name in ("observations", "next_observations", "_plan", "_memo", "_owned", "_lock", "_add_signature",
-                         "_prefetcher", "_batch_thread"):
-                state.pop(name, None)
-            # a pickled buffer loads into RAM: no tier, which may hold locks, open files or a
-            # lambda, goes into the pickle
-            state["store_options"] = self.store_options.replace(tier=None)
-            state["_stores"] = {key: fs.__getstate__() for key, fs in self._stores.items()}
-            if self._columns is not None:
-                state["_columns"] = self._columns.__getstate__()
-                for name in _SMALL_ARRAYS:
-                    state.pop(name, None)  # views: rebuilt from the columns
-            else:
-                for name in _SMALL_ARRAYS:
-                    state[name] = pack_array(state[name])
-            for name, value in state.items():  # a subclass's arrays (HER's episode bookkeeping)
-                if isinstance(value, np.ndarray):
-                    state[name] = value.copy()
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for name, default in _LEGACY_DEFAULTS.items():  # pickles of 0.1.0's internal classes lack them
-            state.setdefault(name, default)
-        _check_position(state)
-        stores = state["_stores"]
-        for key, saved in list(stores.items()):
-            if isinstance(saved, dict):  # 0.1.0 pickled FrameStore objects, later ones their state
-                kind = RawStore if saved.get("storage") == RAW else FrameStore
-                stores[key] = kind.__new__(kind)
-                stores[key].__setstate__(saved)
-        columns = state.get("_columns")
-        if isinstance(columns, dict):
-            state["_columns"] = Columns.__new__(Columns)
-            state["_columns"].__setstate__(columns)
-        elif columns is None:
-            for name in _SMALL_ARRAYS:
-                state[name] = unpack_array(state[name])
-        state.setdefault("_storage", {k: RAW if isinstance(fs, RawStore) else COMPRESSED for k, fs in stores.items()})
-        state.setdefault("_undecided", False)
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
-        if self._columns is not None:
-            for name, view in self._columns.views().items():
-                setattr(self, name, view)
-        cache = LRUChunkCache(self._cache_bytes, name="replay") if self._cache_bytes else 0
-        for store in self._stores.values():
-            store.share_cache(cache)
-        # where the frames are now (a pickle from a CUDA machine loads into host memory without CUDA)
-        self.buffer_device = next((fs.device for fs in self._stores.values() if fs.device is not None), None)
-        self.store_options = self.store_options.replace(device=self.buffer_device)
-        self._plan, self._memo, self._owned = None, {}, {}
-        self._make_views()
-
-
-def _check_position(state: dict[str, Any]) -> None:
-    """A pickled buffer's ``pos`` and ``full`` in range (ValueError), before anything is rebuilt."""
-    size, pos, full = state.get("buffer_size"), state.get("pos"), state.get("full")
-    if not is_int(size, minimum=1):
-        raise ValueError(f"this pickled buffer is damaged: buffer_size is {size!r}")
-    if not is_int(pos, minimum=0, maximum=size - 1):
-        raise ValueError(f"this pickled buffer is damaged: pos is {pos!r}, outside 0..{size - 1}")
-    if not isinstance(full, (bool, np.bool_)):
-        raise ValueError(f"this pickled buffer is damaged: full is {full!r}, not True or False")
-
 
 # -- the buffers ---------------------------------------------------------------------------
 class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):

@@ -148,7 +148,7 @@ def _refuse_overwriting(src: str | os.PathLike[str], out: str, parts: str, ckpts
     source lies inside ``out.parts`` (removed at the end); ``out.parts`` is a symlink (its
     target would receive the parts, and keep them). Other new files beside the checkpoints
     are allowed: they are never read, and nothing of ``src`` is replaced."""
-    from chunkstore._paths import refuse_inputs_as_output, within
+    from chunkstore.paths import refuse_inputs_as_output, within
 
     inputs = [c.path(n) for c in ckpts for n in (*STORE_NAMES, "add_count", "invalid_range",
                                                  "episode_end_indices")]

@@ -171,7 +171,7 @@ class MinariStore:
         """
         from minari.serialization import serialize_space
 
-        from chunkstore._paths import refuse_inputs_as_output
+        from chunkstore.paths import refuse_inputs_as_output
 
         refuse_inputs_as_output(path, "path", *self._sources)
         extras = {f"offsets/{k}": v for k, v in self.offsets.items()}
@@ -266,7 +266,7 @@ def import_minari(dataset: Any, out: str | os.PathLike[str] | None = None) -> Mi
         dataset = _minari().load_dataset(dataset)
     sources = _dataset_files(dataset)
     if out is not None:
-        from chunkstore._paths import refuse_inputs_as_output
+        from chunkstore.paths import refuse_inputs_as_output
 
         refuse_inputs_as_output(out, "out", *sources)
     obs_space, act_space = dataset.observation_space, dataset.action_space

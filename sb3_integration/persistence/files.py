@@ -21,10 +21,7 @@ observation key); this module only writes and reads such states. The file is a
 ``observations/pending_which``, ``pending_rows``, ``pending_obs``
     Stacks still waiting for layout detection.
 ``observations/raw`` (Dict spaces: ``observations/<key>/raw``)
-    A raw key's observations (:mod:`sb3_integration.engine.raw`), as SB3 holds them:
-    ``raw[0]`` the observations ``(buffer_size, n_envs, *obs_shape)``, ``raw[1]`` the next
-    observations (one array only in SB3's ``optimize_memory_usage`` layout, ``follow``).
-    Such a store's attributes say ``"storage": "raw"``; files with raw keys are version 3.
+    A raw key's SB3 arrays (:mod:`sb3_integration.persistence._raw_keys`); files with one are version 3.
 ``actions``, ``rewards``, ``dones``, ``timeouts``
     SB3's own arrays, as they are.
 ``extra/<name>``
@@ -100,6 +97,7 @@ from sb3_integration.engine.raw import COMPRESSED, RAW, RawStoreState
 from sb3_integration.engine.stacking import StackLayout
 from sb3_integration.interop.extra_buffers import extra_buffers_args_of
 from sb3_integration.persistence._load_checks import check_saved_buffer
+from sb3_integration.persistence._raw_keys import raw_note, raw_state
 from sb3_integration.persistence.priorities import saved_priorities
 from sb3_integration.persistence.spaces import space_from_dict, space_to_dict
 
@@ -188,7 +186,7 @@ def write_replay(path: str | os.PathLike[str], state: ReplayState, *, progress: 
         "stores": stores,
         "extra": state.extra,
     }
-    notes = [_rebuild_note(_prefix(key), fs) if isinstance(fs, FrameStoreState) else _raw_note(_prefix(key), fs)
+    notes = [_rebuild_note(_prefix(key), fs) if isinstance(fs, FrameStoreState) else raw_note(_prefix(key), fs)
              for key, fs in state.stores.items()
              if not isinstance(fs, FrameStoreState) or fs.frames is not None]
     fmt.save(path, arrays, extras, attrs, progress=progress, reader_note="\n\n".join(notes) or None)
@@ -211,15 +209,6 @@ def _rebuild_note(p: str, fs: FrameStoreState) -> str:
             f"Frame j of the stack (j = 0..{k - 1}) is {p}/frames[e * F + (g - {k - 1} + j) mod F], "
             f"except that the first {p}/pads[kind, r, e] frames are zeros (kind 0: observation, "
             f"1: next observation; 255 = never written); {join}.")
-
-
-def _raw_note(p: str, fs: RawStoreState) -> str:
-    """How a plain HDF5 reader reads a raw key's observations."""
-    if fs.follow:
-        return (f"Observations '{p}' are stored raw as SB3's optimize_memory_usage layout: {p}/raw[0, r, e] is "
-                f"the observation of row r, env e; its next observation is {p}/raw[0, (r + 1) mod rows, e].")
-    return (f"Observations '{p}' are stored raw: {p}/raw[0, r, e] is the observation of row r, env e, "
-            f"{p}/raw[1, r, e] its next observation.")
 
 
 def _prefix(key: Any) -> str:
@@ -309,7 +298,7 @@ def _check_kind(attrs: Mapping[str, Any], buffer_class: str, path: str) -> int:
 def _state(h5: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplayState:
     if version == 1:
         return _state_v1(h5, attrs)
-    stores = {key: _raw_state(h5, _prefix(key), meta) if meta.get("storage") == RAW
+    stores = {key: raw_state(_extra(h5, f"{_prefix(key)}/raw"), _prefix(key), meta) if meta.get("storage") == RAW
               else _store_state(h5, _prefix(key), meta) for key, meta in attrs["stores"]}
     return ReplayState(
         buffer_class=str(attrs["buffer_class"]), arguments=dict(attrs["arguments"]),
@@ -318,17 +307,6 @@ def _state(h5: fmt.Store, attrs: Mapping[str, Any], version: int) -> ReplayState
         stores=stores, extra=dict(attrs.get("extra") or {}),
         chunked={name: _chunked(h5, name) for name in attrs.get("chunked", [])},
     )
-
-
-def _raw_state(h5: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> RawStoreState:
-    """A raw key's state: its arrays from ``<prefix>/raw`` (checked against the declared geometry)."""
-    data = _extra(h5, f"{prefix}/raw")
-    state = RawStoreState(obs_shape=tuple(int(d) for d in meta["obs_shape"]), dtype=np.dtype(meta["dtype"]),
-                          n_rows=int(meta["n_rows"]), n_envs=int(meta["n_envs"]),
-                          stacks_per_row=int(meta["stacks_per_row"]), follow=bool(meta["follow"]),
-                          arrays=list(data))
-    state.check(prefix)
-    return state
 
 
 def _store_state(h5: fmt.Store, prefix: str, meta: Mapping[str, Any]) -> FrameStoreState:
