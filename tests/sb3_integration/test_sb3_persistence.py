@@ -41,8 +41,8 @@ from sb3_integration import (
     CompressedNStepReplayBuffer,
     CompressedReplayBuffer,
     FrameStore,
-    replay,
 )
+from sb3_integration.buffers.columns import SMALL_ARRAYS
 
 IMG = spaces.Box(0, 255, (4, 6, 5), np.uint8)
 DICT = spaces.Dict({"img": IMG, "vec": spaces.Box(-1, 1, (3,), np.float32)})
@@ -230,7 +230,7 @@ def test_saved_state_covers_every_attribute():
                     # each key's storage (saved as the stores' kinds), a key awaiting its first add,
                     # and whether a sample is SB3's code alone (rebuilt with the views)
                     "_storage", "_undecided", "_lean",
-                    *replay._SMALL_ARRAYS}
+                    *SMALL_ARRAYS}
     # sb3-extra-buffers' options (sb3_integration.interop.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
               "version"}
@@ -242,7 +242,7 @@ def test_saved_state_covers_every_attribute():
         buf = cls(8, space, ACT, "cpu", **kw)
         assert set(vars(buf)) == buffer_attrs | extra
         with buf.state_dict() as state:
-            assert set(replay._SMALL_ARRAYS) <= set(state.arrays)
+            assert set(SMALL_ARRAYS) <= set(state.arrays)
             assert {"n_steps", "gamma"} & extra <= set(state.arguments)
 
 
