@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_docs_examples import NEEDS, PROVIDERS, missing  # noqa: E402 - the manual's words for extras
+from test_docs_examples import NEEDS, PROVIDERS, missing  # the manual's words for extras
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("chunkstore", "sb3_integration")
