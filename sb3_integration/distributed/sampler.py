@@ -84,6 +84,8 @@ class GlobalSampler:
     Examples
     --------
     >>> # needs: ray
+    >>> import numpy as np
+    >>> from gymnasium import spaces
     >>> from sb3_integration.distributed import ReplayService, ReplayWriter, start_local_ray
     >>> _ = start_local_ray(num_cpus=1)
     >>> frames, actions = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)
@@ -448,7 +450,8 @@ class DistributedReplayBuffer(SB3ReplayFront, ReplayBuffer):
     Examples
     --------
     >>> # needs: ray, atari
-    >>> import ale_py, gymnasium
+    >>> import ale_py, gymnasium, numpy as np
+    >>> from gymnasium import spaces
     >>> from stable_baselines3 import DQN
     >>> from stable_baselines3.common.env_util import make_atari_env
     >>> from stable_baselines3.common.vec_env import VecFrameStack

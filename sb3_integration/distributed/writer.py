@@ -318,6 +318,7 @@ class ReplayWriter:
     Examples
     --------
     >>> # needs: ray
+    >>> import numpy as np
     >>> from gymnasium import spaces
     >>> from sb3_integration.distributed import ReplayService, start_local_ray
     >>> _ = start_local_ray(num_cpus=1)
