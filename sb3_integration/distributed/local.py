@@ -33,7 +33,12 @@ def start_local_ray(num_cpus: int | None = None, **kwargs: Any) -> Any:
 
     Examples
     --------
-    >>> start_local_ray(num_cpus=2)   # doctest: +SKIP
+    >>> # needs: ray
+    >>> import ray
+    >>> _ = start_local_ray(num_cpus=1)
+    >>> ray.is_initialized()
+    True
+    >>> ray.shutdown()
     """
     loopback_only()
     import ray

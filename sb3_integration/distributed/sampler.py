@@ -83,9 +83,23 @@ class GlobalSampler:
 
     Examples
     --------
-    >>> batch = GlobalSampler("apex").sample(256, np.random)   # doctest: +SKIP
-    >>> batch["obs"].shape                                     # doctest: +SKIP
+    >>> # needs: ray
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from sb3_integration.distributed import ReplayService, ReplayWriter, start_local_ray
+    >>> _ = start_local_ray(num_cpus=1)
+    >>> frames, actions = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)
+    >>> svc = ReplayService.create("apex", frames, actions, capacity=10_000, min_size=100)
+    >>> stack = np.zeros((1, 4, 84, 84), np.uint8)
+    >>> with ReplayWriter("apex") as writer:
+    ...     for t in range(100):
+    ...         nxt = np.concatenate([stack[:, 1:], np.full((1, 1, 84, 84), t, np.uint8)], axis=1)
+    ...         writer.add(stack, nxt, np.array([t % 6]), np.array([1.0]), np.array([False]), [{}])
+    ...         stack = nxt
+    >>> batch = GlobalSampler("apex").sample(256, np.random)
+    >>> batch["obs"].shape
     (256, 4, 84, 84)
+    >>> svc.close()
     """
 
     def __init__(self, service: ReplayService | str, *, decode: str = DECODE_DEFAULT,
@@ -435,8 +449,24 @@ class DistributedReplayBuffer(SB3ReplayFront, ReplayBuffer):
 
     Examples
     --------
-    >>> model = DQN("CnnPolicy", env, replay_buffer_class=DistributedReplayBuffer,
-    ...             replay_buffer_kwargs={"service": "apex"})      # doctest: +SKIP
+    >>> # needs: ray, atari
+    >>> import ale_py, gymnasium, numpy as np
+    >>> from gymnasium import spaces
+    >>> from stable_baselines3 import DQN
+    >>> from stable_baselines3.common.env_util import make_atari_env
+    >>> from stable_baselines3.common.vec_env import VecFrameStack
+    >>> from sb3_integration.distributed import ReplayService, start_local_ray
+    >>> gymnasium.register_envs(ale_py)
+    >>> env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), 4)
+    >>> _ = start_local_ray(num_cpus=1)
+    >>> frames = spaces.Box(0, 255, (4, 84, 84), np.uint8)  # channel-first, as DQN sees them
+    >>> svc = ReplayService.create("apex", frames, env.action_space, capacity=10_000, min_size=32)
+    >>> model = DQN("CnnPolicy", env, buffer_size=10_000, learning_starts=32, replay_buffer_class=DistributedReplayBuffer,
+    ...             replay_buffer_kwargs={"service": "apex", "flush_every": 16, "timeout": 60})
+    >>> _ = model.learn(64)   # its add() writes to the service (every 16 steps), its sample() reads from it
+    >>> sum(shard["size"] for shard in svc.info())
+    64
+    >>> svc.close()
     """
 
     _prioritized = False  # the prioritized subclass samples by the shards' priorities

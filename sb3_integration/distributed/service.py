@@ -63,10 +63,15 @@ class ReplayService:
 
     Examples
     --------
-    >>> svc = ReplayService.create("apex", env.observation_space, env.action_space,
-    ...                            capacity=1_000_000, n_shards=4, min_size=50_000)  # doctest: +SKIP
-    >>> svc = ReplayService.connect("apex")        # from any process of the cluster  # doctest: +SKIP
-    >>> svc.close()                                                                   # doctest: +SKIP
+    >>> # needs: ray
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from sb3_integration.distributed import start_local_ray
+    >>> _ = start_local_ray(num_cpus=1)
+    >>> frames, actions = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)  # env's spaces
+    >>> svc = ReplayService.create("apex", frames, actions, capacity=100_000, n_shards=2, min_size=5_000)
+    >>> svc = ReplayService.connect("apex")        # from any process of the cluster
+    >>> svc.close()
     """
 
     def __init__(self, name: str, config: ServiceConfig | None = None) -> None:

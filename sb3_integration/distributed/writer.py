@@ -317,8 +317,21 @@ class ReplayWriter:
 
     Examples
     --------
-    >>> with ReplayWriter("apex") as writer:                        # doctest: +SKIP
+    >>> # needs: ray
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from sb3_integration.distributed import ReplayService, start_local_ray
+    >>> _ = start_local_ray(num_cpus=1)
+    >>> frames, actions = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6)
+    >>> svc = ReplayService.create("apex", frames, actions, capacity=10_000)
+    >>> obs = np.zeros((1, 4, 84, 84), np.uint8)   # SB3's (n_envs, *obs_shape) arrays
+    >>> next_obs = np.concatenate([obs[:, 1:], np.ones((1, 1, 84, 84), np.uint8)], axis=1)
+    >>> action, reward, done, infos = np.array([2]), np.array([1.0]), np.array([False]), [{}]
+    >>> with ReplayWriter("apex") as writer:
     ...     writer.add(obs, next_obs, action, reward, done, infos)
+    >>> sum(shard["size"] for shard in svc.info())
+    1
+    >>> svc.close()
     """
 
     def __init__(self, service: ReplayService | str, n_envs: int = 1, *, flush_every: int = 256,

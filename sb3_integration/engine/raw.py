@@ -166,6 +166,7 @@ class RawStore:
 
     Examples
     --------
+    >>> from sb3_integration.engine.api import NEXT
     >>> rs = RawStore((3,), np.float32, n_rows=4, n_envs=1)
     >>> rs.put_row(0, (np.ones((1, 3), np.float32), np.full((1, 3), 2, np.float32)))
     >>> from sb3_integration.engine.api import NEXT

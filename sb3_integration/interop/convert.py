@@ -76,8 +76,22 @@ def from_sb3_extra_buffers(source: Any, *, buffer_class: type | None = None, dev
 
     Examples
     --------
-    >>> buf = from_sb3_extra_buffers("sb3eb_buffer.pkl", compression_method="zstd3")  # doctest: +SKIP
-    >>> model.replay_buffer = buf                                                      # doctest: +SKIP
+    >>> # needs: sb3eb
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from stable_baselines3.common.save_util import save_to_pkl
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stdout(io.StringIO()):  # it lists its codecs on import
+    ...     from sb3_extra_buffers.compressed import CompressedReplayBuffer as ExtraReplayBuffer
+    >>> frames = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    >>> old = ExtraReplayBuffer(100, frames, spaces.Discrete(6), "cpu", compression_method="zstd3")
+    >>> obs = np.zeros((1, 4, 84, 84), np.uint8)
+    >>> for t in range(10):
+    ...     old.add(obs, obs + t, np.array([t % 6]), np.array([1.0]), np.array([False]), [{}])
+    >>> save_to_pkl("sb3eb_buffer.pkl", old)
+    >>> buf = from_sb3_extra_buffers("sb3eb_buffer.pkl", compression_method="zstd3")
+    >>> type(buf).__name__, buf.pos, int(buf.next_observations[9].max())  # model.replay_buffer = buf
+    ('CompressedReplayBuffer', 10, 9)
     """
     if buffer_class is None:
         src = unpickle(source) if isinstance(source, (str, os.PathLike)) else source
@@ -114,10 +128,18 @@ def load_replay_buffer(model: Any, path: str | os.PathLike[str], truncate_last_t
 
     Examples
     --------
-    >>> model = DQN("CnnPolicy", env, replay_buffer_class=CompressedReplayBuffer)  # doctest: +SKIP
-    >>> load_replay_buffer(model, "sb3eb_replay_buffer.pkl")                         # doctest: +SKIP
-    >>> type(model.replay_buffer).__name__                                           # doctest: +SKIP
-    'CompressedReplayBuffer'
+    >>> # needs: sb3eb
+    >>> from stable_baselines3 import DQN
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stdout(io.StringIO()):  # it lists its codecs on import
+    ...     from sb3_extra_buffers.compressed import CompressedReplayBuffer as ExtraReplayBuffer
+    >>> old = DQN("MlpPolicy", "CartPole-v1", learning_starts=50, replay_buffer_class=ExtraReplayBuffer)
+    >>> _ = old.learn(60)
+    >>> old.save_replay_buffer("sb3eb_replay_buffer.pkl")
+    >>> model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=CompressedReplayBuffer)
+    >>> load_replay_buffer(model, "sb3eb_replay_buffer.pkl")
+    >>> type(model.replay_buffer).__name__, model.replay_buffer.size()
+    ('CompressedReplayBuffer', 60)
     """
     cls = model.replay_buffer_class
     ours = isinstance(cls, type) and issubclass(cls, (CompressedReplayBuffer, CompressedDictReplayBuffer,

@@ -56,21 +56,30 @@ environment, and ``DQN.load`` even reseeds the global generators and the
 action space from the model's seed. For a resumed run to equal an
 uninterrupted one, save and restore them yourself:
 
+>>> import pickle, random
+>>> import numpy as np, torch as th
+>>> from stable_baselines3 import DQN
+>>> from sb3_integration import CompressedReplayBuffer
+>>> model = DQN("MlpPolicy", "CartPole-v1", buffer_size=1000, learning_starts=50, seed=0,
+...             device="cpu", replay_buffer_class=CompressedReplayBuffer)
+>>> _ = model.learn(100)
 >>> # when stopping
->>> model.save("dqn")                                               # doctest: +SKIP
->>> model.replay_buffer.save("buffer.h5")                           # doctest: +SKIP
+>>> model.save("dqn")
+>>> model.replay_buffer.save("buffer.h5")
 >>> rng = {"numpy": np.random.get_state(), "torch": th.get_rng_state(),
 ...        "random": random.getstate(),
-...        "action_space": model.action_space.np_random.bit_generator.state}  # doctest: +SKIP
->>> env_state = pickle.dumps(model.get_env())   # the env: episode, RNG, frame stack  # doctest: +SKIP
+...        "action_space": model.action_space.np_random.bit_generator.state}
+>>> env_state = pickle.dumps(model.get_env())   # the env: episode, RNG, frame stack
 >>> # when resuming (force_reset=False keeps _last_obs: no env.reset())
->>> env = pickle.loads(env_state)                                   # doctest: +SKIP
->>> model = DQN.load("dqn", env=env, device="cpu", force_reset=False)  # doctest: +SKIP
->>> np.random.set_state(rng["numpy"]); th.set_rng_state(rng["torch"])  # doctest: +SKIP
->>> random.setstate(rng["random"])                                  # doctest: +SKIP
->>> model.action_space.np_random.bit_generator.state = rng["action_space"]  # doctest: +SKIP
->>> model.replay_buffer = CompressedReplayBuffer.load("buffer.h5", device=model.device)  # doctest: +SKIP
->>> model.learn(more_steps, reset_num_timesteps=False)              # doctest: +SKIP
+>>> env = pickle.loads(env_state)
+>>> model = DQN.load("dqn", env=env, device="cpu", force_reset=False)
+>>> np.random.set_state(rng["numpy"]); th.set_rng_state(rng["torch"])
+>>> random.setstate(rng["random"])
+>>> model.action_space.np_random.bit_generator.state = rng["action_space"]
+>>> model.replay_buffer = CompressedReplayBuffer.load("buffer.h5", device=model.device)
+>>> _ = model.learn(100, reset_num_timesteps=False)
+>>> model.num_timesteps, model.replay_buffer.size()
+(200, 200)
 
 (on CUDA also ``th.cuda.get_rng_state_all()``). Independently of saving,
 ``learn(N)`` followed by ``learn(M, reset_num_timesteps=False)`` equals one
