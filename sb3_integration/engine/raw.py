@@ -169,7 +169,6 @@ class RawStore:
     >>> from sb3_integration.engine.api import NEXT
     >>> rs = RawStore((3,), np.float32, n_rows=4, n_envs=1)
     >>> rs.put_row(0, (np.ones((1, 3), np.float32), np.full((1, 3), 2, np.float32)))
-    >>> from sb3_integration.engine.api import NEXT
     >>> rs.gather([(NEXT, np.array([0]))], np.array([0]))[0].tolist()
     [[2.0, 2.0, 2.0]]
     """
