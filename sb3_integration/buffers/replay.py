@@ -562,12 +562,11 @@ class CompressedReplayBuffer(_CompressedReplayMixin, ReplayBuffer):
 
     Examples
     --------
-    >>> from stable_baselines3 import DQN
+    >>> from stable_baselines3 import DQN; from gymnasium import spaces
     >>> model = DQN("MlpPolicy", "CartPole-v1", buffer_size=10_000, replay_buffer_class=CompressedReplayBuffer,
     ...             replay_buffer_kwargs={"compression_method": "zstd3"})  # "CnnPolicy" and an Atari env alike
     >>> type(model.replay_buffer).__name__, model.replay_buffer.compression_method
     ('CompressedReplayBuffer', 'zstd/3')
-    >>> from gymnasium import spaces
     >>> buf = CompressedReplayBuffer(1000, spaces.Box(0, 255, (4, 84, 84), np.uint8),
     ...                              spaces.Discrete(6), "cpu", compression_method="zstd-3")
     >>> buf.compression_method, int(buf.flatten_len), buf.normalize_images

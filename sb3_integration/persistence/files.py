@@ -48,43 +48,10 @@ the file a buffer was lazily loaded from is safe (temporary file + rename).
 
 Resuming training bit-identically
 ---------------------------------
-The buffer file restores the buffer exactly: the same samples for the same
-``np.random`` state, before and after further ``add()`` calls. SB3's
-``model.save`` restores the parameters, optimizer states, ``num_timesteps``,
-``_last_obs`` and counters, but not the random-number generators nor the
-environment, and ``DQN.load`` even reseeds the global generators and the
-action space from the model's seed. For a resumed run to equal an
-uninterrupted one, save and restore them yourself:
-
->>> import pickle, random
->>> import numpy as np, torch as th
->>> from stable_baselines3 import DQN
->>> from sb3_integration import CompressedReplayBuffer
->>> model = DQN("MlpPolicy", "CartPole-v1", buffer_size=1000, learning_starts=50, seed=0,
-...             device="cpu", replay_buffer_class=CompressedReplayBuffer)
->>> _ = model.learn(100)
->>> # when stopping
->>> model.save("dqn")
->>> model.replay_buffer.save("buffer.h5")
->>> rng = {"numpy": np.random.get_state(), "torch": th.get_rng_state(),
-...        "random": random.getstate(),
-...        "action_space": model.action_space.np_random.bit_generator.state}
->>> env_state = pickle.dumps(model.get_env())   # the env: episode, RNG, frame stack
->>> # when resuming (force_reset=False keeps _last_obs: no env.reset())
->>> env = pickle.loads(env_state)
->>> model = DQN.load("dqn", env=env, device="cpu", force_reset=False)
->>> np.random.set_state(rng["numpy"]); th.set_rng_state(rng["torch"])
->>> random.setstate(rng["random"])
->>> model.action_space.np_random.bit_generator.state = rng["action_space"]
->>> model.replay_buffer = CompressedReplayBuffer.load("buffer.h5", device=model.device)
->>> _ = model.learn(100, reset_num_timesteps=False)
->>> model.num_timesteps, model.replay_buffer.size()
-(200, 200)
-
-(on CUDA also ``th.cuda.get_rng_state_all()``). Independently of saving,
-``learn(N)`` followed by ``learn(M, reset_num_timesteps=False)`` equals one
-``learn(N + M)`` only when no schedule depends on the total (DQN's default
-exploration schedule does: it is computed from the progress of each call).
+The buffer file restores the buffer exactly: the same samples for the same ``np.random`` state,
+before and after further ``add()`` calls. SB3's ``model.save`` does not restore the random-number
+generators nor the environment; the manual's "Saving and files" page has the recipe that does (a
+resumed run equal to an uninterrupted one), run by the tests.
 """
 
 from __future__ import annotations
