@@ -41,7 +41,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.vec_env import VecNormalize
 
-from chunkstore.priority import PriorityIndex, check_masses
+from chunkstore.priority import PriorityIndex
 from sb3_integration.buffers._pending import PendingSamples
 from sb3_integration.buffers.replay import (
     CompressedDictReplayBuffer,
@@ -150,9 +150,7 @@ def checked_update(indices: Any, priorities: Any, alpha: float,
         raise ValueError("priorities must be finite and >= 0")
     if idx.size and idx.dtype.kind == "u" and int(idx.max()) > np.iinfo(np.int64).max:  # a cast would wrap it
         raise ValueError(f"indices must be stored transitions; got {int(idx.max())}")
-    masses = priority_masses(pri, alpha, epsilon)
-    check_masses(masses)
-    return idx.astype(np.int64), pri, masses
+    return idx.astype(np.int64), pri, priority_masses(pri, alpha, epsilon)  # refuses what the index cannot hold
 
 
 class PrioritizedReplayMixin:
