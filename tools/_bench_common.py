@@ -158,18 +158,29 @@ class PeakRSS:
 
 
 # -- processes -----------------------------------------------------------------
+#: glibc's malloc settings a benchmark child runs under. "spared": glibc keeps and reuses freed
+#: blocks, so SB3's large per-sample arrays cost no page faults (the first variable alone can add
+#: faults: glibc then trims the heap's top after each free). A claim must hold under both.
+GLIBC = {"default": {}, "spared": {"MALLOC_MMAP_THRESHOLD_": "1073741824",
+                                   "MALLOC_TRIM_THRESHOLD_": "17179869184"}}
+
+
+def child_env(glibc: str = "default") -> dict[str, str]:
+    """This process's environment for a benchmark child under ``glibc`` (a key of :data:`GLIBC`)."""
+    env = {k: v for k, v in os.environ.items() if k not in GLIBC["spared"]}
+    return {**env, "PYTHONUNBUFFERED": "1", **GLIBC[glibc]}
 
 
 def run_fresh(script: str | Path, config: dict[str, Any], *, timeout: float | None = None,
-              extra_args: Sequence[str] = ()) -> dict[str, Any]:
+              extra_args: Sequence[str] = (), glibc: str = "default") -> dict[str, Any]:
     """Run ``script --config JSON`` in a fresh interpreter; return the JSON of its last stdout line.
 
     The child prints exactly one JSON object as its last line of stdout. On any
     failure the result is ``{"error": ...}`` with the child's stderr tail, so one
-    broken configuration does not stop a benchmark.
+    broken configuration does not stop a benchmark. ``glibc``: its malloc settings (:data:`GLIBC`).
     """
     cmd = [sys.executable, str(script), "--config", json.dumps(config), *extra_args]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = child_env(glibc)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=os.getcwd())
     except subprocess.TimeoutExpired:

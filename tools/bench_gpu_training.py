@@ -45,7 +45,7 @@ from typing import Any
 # cuBLAS is deterministic only with a fixed workspace; it is read when CUDA starts, so before torch
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-from _bench_common import ensure_importable, md_table, run_fresh, save_results
+from _bench_common import GLIBC, ensure_importable, md_table, run_fresh, save_results
 
 ensure_importable()
 
@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--buffer-size", type=_positive, default=100_000)
     p.add_argument("--rounds", type=_positive, default=2, help="runs of each arm, arms taking turns")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--glibc", choices=("default", "spared", "both"), default="default",
+                   help=f"malloc settings of the arms' processes (spared: {GLIBC['spared']}; a scenario "
+                        "named ...-spared); a claim should hold under both")
     p.add_argument("--timeout", type=float, default=600, help="seconds per arm process")
     p.add_argument("--out", default=None, help="JSON path (a .md is written beside it)")
     p.add_argument("--config", default=None, help=argparse.SUPPRESS)  # child mode
@@ -195,22 +198,22 @@ def main(argv: list[str] | None = None) -> int:
             "steps": args.steps, "learning_starts": args.learning_starts, "warmup": args.warmup,
             "buffer_size": args.buffer_size}
     rows, raw = [], {}
-    for game in args.games:
-        for batch in args.batches:
-            scenario = f"dqn-{game}-{batch}"
-            runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
-            for r in range(args.rounds):
-                for arm in arms if r % 2 == 0 else arms[::-1]:
-                    res = run_fresh(__file__, {**base, "game": game, "batch": batch, "arm": arm},
-                                    timeout=args.timeout)
-                    print(f"{scenario} {arm} round {r}: {json.dumps(res)}", file=sys.stderr)
-                    runs[arm].append(res)
-            raw[scenario] = runs
-            rows += _summary(scenario, runs)
-            md = _markdown(args, base, rows)
-            # written after every scenario: a run stopped by a timeout keeps the scenarios it finished
-            save_results(args.out, {"config": {**base, "rounds": args.rounds, "card": _card(rows)}, "rows": rows,
-                                    "runs": raw}, md)
+    settings = ("default", "spared") if args.glibc == "both" else (args.glibc,)
+    for glibc, game, batch in ((g, game, b) for g in settings for game in args.games for b in args.batches):
+        scenario = f"dqn-{game}-{batch}" + ("" if glibc == "default" else f"-{glibc}")
+        runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+        for r in range(args.rounds):
+            for arm in arms if r % 2 == 0 else arms[::-1]:
+                res = run_fresh(__file__, {**base, "game": game, "batch": batch, "arm": arm},
+                                timeout=args.timeout, glibc=glibc)
+                print(f"{scenario} {arm} round {r}: {json.dumps(res)}", file=sys.stderr)
+                runs[arm].append(res)
+        raw[scenario] = runs
+        rows += _summary(scenario, runs)
+        md = _markdown(args, base, rows)
+        # written after every scenario: a run stopped by a timeout keeps the scenarios it finished
+        save_results(args.out, {"config": {**base, "rounds": args.rounds, "card": _card(rows)}, "rows": rows,
+                                "runs": raw}, md)
     print(md)
     return 0 if not any(r["errors"] for r in rows) else 1
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -43,15 +42,15 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import ensure_importable, md_table, save_results
+from _bench_common import GLIBC as BENCH_GLIBC
+from _bench_common import child_env, ensure_importable, md_table, save_results
 
 ensure_importable()
 
 #: observation and action sizes of the MuJoCo tasks SB3's SAC/TD3 users train on
 KINDS = {"Pendulum (3,)": (3, 1), "HalfCheetah (17,)": (17, 6), "Humanoid (348,)": (348, 17)}
 #: glibc settings: its defaults, and the one that spares SB3 its page faults
-GLIBC = {"default": {}, "no-fault": {"MALLOC_MMAP_THRESHOLD_": "1073741824",
-                                     "MALLOC_TRIM_THRESHOLD_": "17179869184"}}
+GLIBC = {"default": BENCH_GLIBC["default"], "no-fault": BENCH_GLIBC["spared"]}  # this table's names
 BATCHES = (32, 256)
 #: sample() calls timed together, SB3's and ours alternating block by block
 BLOCK = 10
@@ -136,10 +135,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_child(cfg: dict[str, Any], glibc: str, pythonpath: str | None) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **GLIBC[glibc])
-    for k in GLIBC["no-fault"]:
-        if glibc == "default":
-            env.pop(k, None)
+    env = child_env("spared" if glibc == "no-fault" else "default")
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)]

@@ -40,22 +40,20 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import statistics
 import sys
 import time
 from typing import Any
 
 import numpy as np
-from _bench_common import ensure_importable, md_table, run_fresh, save_results
+from _bench_common import GLIBC, ensure_importable, md_table, run_fresh, save_results
 
 ensure_importable()
 
 ARMS = ("sb3", "ours", "ours-prefetch")
 SCENARIOS = ("sac-vec", "td3-vec", "sac-pendulum", "dqn-atari-32", "dqn-atari-256", "learner-atari-32",
              "learner-vec-256")
-#: glibc's settings under which SB3's large per-sample arrays reuse memory instead of faulting it in
-SPARED = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
+SPARED = GLIBC["spared"]  # glibc keeps and reuses freed blocks: SB3's per-sample arrays fault in no pages
 
 
 # -- envs -----------------------------------------------------------------------------------
@@ -198,20 +196,7 @@ def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
 
 # -- the parent ---------------------------------------------------------------------------------
 def _run(cfg: dict[str, Any], glibc: str, timeout: float) -> dict[str, Any]:
-    saved = {k: os.environ.get(k) for k in SPARED}
-    try:
-        for k, v in SPARED.items():
-            if glibc == "spared":
-                os.environ[k] = v
-            else:
-                os.environ.pop(k, None)
-        return run_fresh(__file__, cfg, timeout=timeout)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return run_fresh(__file__, cfg, timeout=timeout, glibc=glibc)
 
 
 def _summary(scenario: str, glibc: str, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
