@@ -252,19 +252,15 @@ class PrioritizedReplayMixin:
             raise TypeError(f"batch_size must be an int, got {batch_size!r} ({type(batch_size).__name__})")
         if batch_size < 0:
             raise ValueError(f"batch_size must be >= 0, got {batch_size}")
-        if not self.size():  # type: ignore[attr-defined]
-            return super().sample(batch_size, env=env)  # type: ignore[misc]  # SB3's error
-        if batch_size == 0:  # SB3's empty fields (SB3 draws nothing for them either)
+        if batch_size == 0 and self.size():  # type: ignore[attr-defined]  # SB3's empty fields (nothing drawn)
             none = np.zeros(0, np.int64)
             with self._lock:  # read here, not on a prefetch worker: none of its reads may run meanwhile
                 self._quiesce()  # type: ignore[attr-defined]
                 samples = self._read_draw(Draw(none, none), env)  # type: ignore[attr-defined]
             return self._prioritized(samples, none, np.zeros(0, np.float32))
-        if self.prefetch:  # type: ignore[attr-defined]
-            return self._prefetched(batch_size, env)  # type: ignore[attr-defined]
-        with self._lock:  # drawn and read under the writer's lock: a concurrent add() cannot tear a sample
-            draw = self._sampler.sample(self, batch_size)
-            return self._finish_draw(draw, self._read_draw(draw, env))  # type: ignore[attr-defined]
+        # the replay buffer's sample(): SB3's error when empty, else this class's sampler and _finish_draw,
+        # drawn ahead with prefetch, or drawn and read under the writer's lock
+        return super().sample(batch_size, env=env)  # type: ignore[misc]
 
     def _draw_slots(self, batch_size: int, rng: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``batch_size`` slots stratified by mass (``rng``: None for numpy's global generator), their

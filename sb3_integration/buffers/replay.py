@@ -294,13 +294,12 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
                 continue
             mode = choose_after_probe([obs[key], next_obs[key]])
             if mode == RAW:
-                self._replace_store(key, RAW)
+                self._make_raw(key)
             self._storage[key] = mode
         self._make_views()
 
-    def _replace_store(self, key: Any, mode: str) -> None:
+    def _make_raw(self, key: Any) -> None:
         """Key ``key``'s store, empty, made raw (the first add's measurement chose it)."""
-        assert mode == RAW
         old = self._stores[key]
         self._stores[key] = RawStore(old.obs_shape, old.dtype, self.buffer_size, self.n_envs, stacks_per_row=2,
                                      follow=self.optimize_memory_usage, name=old.name)
@@ -442,10 +441,7 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> Any:
         if self._lean:  # SB3's arrays only: SB3's own code, nothing around it
-            samples = super()._get_samples(batch_inds, env=env)  # type: ignore[misc]
-            if self.output_dtype is None and not self.normalize_images:
-                return samples
-            return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
+            return self._converted(super()._get_samples(batch_inds, env=env))  # type: ignore[misc]
         return self._batch(batch_inds, lambda: super(_CompressedReplayMixin, self)._get_samples(  # type: ignore[misc]
             batch_inds, env=env))
 
@@ -453,11 +449,12 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
         """The samples of the transitions ``(batch_inds[i], env_indices[i])``: what SB3's ``_get_samples``
         returns when it draws ``env_indices`` (the storage's read of given indices, for samplers)."""
         if self._lean:
-            samples = read_samples(self, batch_inds, env_indices, env)
-            if self.output_dtype is None and not self.normalize_images:
-                return samples
-            return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
+            return self._converted(read_samples(self, batch_inds, env_indices, env))
         return self._batch(batch_inds, lambda: read_samples(self, batch_inds, env_indices, env))
+
+    def _converted(self, samples: Any) -> Any:
+        """``samples`` with sb3-extra-buffers' ``output_dtype`` / ``normalize_images`` applied (as is without)."""
+        return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
 
     def _batch(self, batch_inds: np.ndarray, read: Callable[[], Any]) -> Any:
         """``read()`` (SB3's reads of the rows ``batch_inds``) with every stack fetched in one pass per key."""
@@ -473,7 +470,7 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
             self._plan, self._memo, self._owned, self._batch_thread = None, {}, {}, None
             if self._columns is not None:
                 self._columns.end_batch()
-        return convert_samples(samples, output_dtype=self.output_dtype, normalize_images=self.normalize_images)
+        return self._converted(samples)
 
     def _remap(self, which: int, rows: np.ndarray) -> tuple[Any, np.ndarray]:
         """SB3 with ``optimize_memory_usage`` holds the latest next obs in ``observations[pos]``."""
