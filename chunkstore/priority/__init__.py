@@ -27,6 +27,7 @@ runs to its end, so a KeyboardInterrupt leaves it as it was before the call or a
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,24 @@ def _level_sizes(capacity: int, fanout: int) -> list[int]:
             return sizes
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """Everything an index holds, replaced whole (one assignment: all-or-nothing under Ctrl-C).
+
+    The arrays' contents change in place (one kernel call each); the arrays themselves and
+    the sizes change together, only by a new ``_Tree``."""
+
+    capacity: int
+    fanout: int
+    leaves: np.ndarray  # fp32 mass per slot
+    gens: np.ndarray  # generation per slot
+    sums: np.ndarray  # fp64 sums of every level above the leaves
+    mins: np.ndarray  # fp32 smallest positive mass of every node
+    offsets: np.ndarray  # where each level starts in sums / mins
+    nlevels: int
+    meta: np.ndarray  # [largest mass written, ...] (see _kernels.META_*)
+
+
 class PriorityIndex:
     """Masses of ``capacity`` slots (all 0 at first), sampled in proportion.
 
@@ -83,15 +102,7 @@ class PriorityIndex:
         upper levels) but more work per level.
     """
 
-    capacity: int
-    fanout: int
-    _leaves: np.ndarray
-    _gens: np.ndarray
-    _sums: np.ndarray
-    _mins: np.ndarray
-    _offsets: np.ndarray
-    _nlevels: int
-    _meta: np.ndarray
+    _tree: _Tree
 
     def __init__(self, capacity: int, fanout: int = DEFAULT_FANOUT) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
@@ -112,37 +123,49 @@ class PriorityIndex:
         _k.rebuild(leaves, sums, mins, offsets, fanout, len(sizes))
         meta = np.zeros(_k.META_SIZE, np.float64)
         meta[_k.META_MAX] = max_mass
-        self.__dict__.update(capacity=capacity, fanout=fanout, _leaves=leaves, _gens=gens, _sums=sums,
-                             _mins=mins, _offsets=offsets, _nlevels=len(sizes), _meta=meta)
+        self._tree = _Tree(capacity, fanout, leaves, gens, sums, mins, offsets, len(sizes), meta)
 
     # -- reading ------------------------------------------------------------------------
     @property
+    def capacity(self) -> int:
+        """Number of slots."""
+        return self._tree.capacity
+
+    @property
+    def fanout(self) -> int:
+        """Children per tree node."""
+        return self._tree.fanout
+
+    @property
     def total(self) -> float:
         """Sum of every slot's mass (fp64 over the fp32 masses)."""
-        return float(self._sums[self._offsets[self._nlevels]])
+        t = self._tree
+        return float(t.sums[t.offsets[t.nlevels]])
 
     @property
     def min(self) -> float:
         """The smallest positive mass (``inf`` when no slot has mass)."""
-        return float(self._mins[self._offsets[self._nlevels]])
+        t = self._tree
+        return float(t.mins[t.offsets[t.nlevels]])
 
     @property
     def max(self) -> float:
         """The largest mass written so far (1.0 before any): what :meth:`set` gives by default."""
-        return float(self._meta[_k.META_MAX])
+        return float(self._tree.meta[_k.META_MAX])
 
     @property
     def nbytes(self) -> int:
         """Bytes of the index's arrays."""
-        return sum(a.nbytes for a in (self._leaves, self._gens, self._sums, self._mins, self._offsets, self._meta))
+        t = self._tree
+        return sum(a.nbytes for a in (t.leaves, t.gens, t.sums, t.mins, t.offsets, t.meta))
 
     def get(self, slots: Any) -> np.ndarray:
         """The masses of ``slots`` (fp64 of the fp32 values held)."""
-        return self._leaves[self._slots(slots)].astype(np.float64)
+        return self._tree.leaves[self._slots(slots)].astype(np.float64)
 
     def generations(self, slots: Any) -> np.ndarray:
         """The generations of ``slots`` (they move on at each :meth:`set`)."""
-        return self._gens[self._slots(slots)].copy()
+        return self._tree.gens[self._slots(slots)].copy()
 
     def sample(self, k: int, rng: Any = None, *, stratified: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``k`` slots in proportion to their mass: ``(slots, masses, generations)``.
@@ -164,8 +187,9 @@ class PriorityIndex:
         np.minimum(targets, np.nextafter(total, 0.0), out=targets)
         slots = np.empty(k, np.int64)
         masses = np.empty(k, np.float32)
-        _k.sample(self._leaves, self._sums, self._offsets, self.fanout, self._nlevels, targets, slots, masses)
-        return slots, masses.astype(np.float64), self._gens[slots]
+        t = self._tree
+        _k.sample(t.leaves, t.sums, t.offsets, t.fanout, t.nlevels, targets, slots, masses)
+        return slots, masses.astype(np.float64), t.gens[slots]
 
     # -- writing ------------------------------------------------------------------------
     def set(self, slots: Any, masses: Any = None) -> None:
@@ -204,8 +228,8 @@ class PriorityIndex:
                 expect: np.ndarray | None) -> np.ndarray:
         applied = np.ones(len(s), np.bool_)
         check = expect is not None
-        _k.assign(self._leaves, self._sums, self._mins, self._offsets, self.fanout, self._nlevels, self._meta,
-                  self._gens, s, v, use_max, bump, check,
+        t = self._tree
+        _k.assign(t.leaves, t.sums, t.mins, t.offsets, t.fanout, t.nlevels, t.meta, t.gens, s, v, use_max, bump, check,
                   expect if expect is not None else np.zeros(1, GENERATION_DTYPE), applied)
         return applied
 
@@ -235,8 +259,9 @@ class PriorityIndex:
     # -- state ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Plain numpy arrays and numbers (the upper levels are rebuilt on load)."""
-        return {"capacity": self.capacity, "fanout": self.fanout, "masses": self._leaves.copy(),
-                "generations": self._gens.copy(), "max": self.max}
+        t = self._tree
+        return {"capacity": t.capacity, "fanout": t.fanout, "masses": t.leaves.copy(), "generations": t.gens.copy(),
+                "max": self.max}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace this index's state with ``state`` (from :meth:`state_dict`), in one step."""
