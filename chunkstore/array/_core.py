@@ -151,22 +151,6 @@ class ChunkedArray(WritePath, ReadPath):
         self._dirty = False  # a mutating call did not finish: repair before the next one
         self._closed = False
 
-    # -- geometry ---------------------------------------------------------------------
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.capacity, *self.item_shape)
-
-    @property
-    def ndim(self) -> int:
-        return 1 + len(self.item_shape)
-
-    @property
-    def size(self) -> int:
-        return self.capacity * int(np.prod(self.item_shape, dtype=np.int64))
-
-    def __len__(self) -> int:
-        return self.capacity
-
     # -- capabilities (:class:`~chunkstore.array.protocol.ItemArray`) -------------------
     #: open_chunks / writable_chunk / seal_full: a native writer fills open chunks in place
     supports_native_writes = True

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkstore.array._geometry import ItemGeometry
 from chunkstore.array._table import ChunkTable
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import Codec
@@ -20,7 +21,7 @@ from chunkstore.tiers import Tier
 __all__ = ["ArrayFields"]
 
 
-class ArrayFields:
+class ArrayFields(ItemGeometry):
     """The shared state of a ChunkedArray (set by its constructor)."""
 
     item_shape: tuple[int, ...]

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkstore.array._geometry import ItemGeometry
 from chunkstore.codecs import Codec
 from chunkstore.tiers import ChunkRef, Tier
 
@@ -32,7 +33,7 @@ __all__ = ["STATE_VERSION", "ArraySnapshot"]
 STATE_VERSION = 2
 
 
-class ArraySnapshot:
+class ArraySnapshot(ItemGeometry):
     """A frozen view of a ChunkedArray's contents (see the module docstring).
 
     Use it as a context manager, or call :meth:`close`, to unpin the tier.
@@ -54,14 +55,6 @@ class ArraySnapshot:
         self._unpin = unpin
 
     # -- geometry, as the array has it -------------------------------------------------
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.capacity, *self.item_shape)
-
-    @property
-    def ndim(self) -> int:
-        return 1 + len(self.item_shape)
-
     @property
     def nchunks_total(self) -> int:
         return -(-self.capacity // self.chunk_len)

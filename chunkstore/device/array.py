@@ -42,6 +42,7 @@ import numpy as np
 
 from chunkstore._cuda_fork import check_process, forked_from, note_cuda_store
 from chunkstore.array import DEFAULT_CHUNK_LEN, MAX_OPEN_CHUNKS
+from chunkstore.array._geometry import ItemGeometry
 from chunkstore.array.frontend import WriteFrontEnd, check_chunks, check_geometry
 from chunkstore.device._fork import note_cpu_store
 from chunkstore.device.batch import encode_open, upload_batch
@@ -67,7 +68,7 @@ def _import_torch() -> Any:
     return torch
 
 
-class DeviceArray(WriteFrontEnd):
+class DeviceArray(WriteFrontEnd, ItemGeometry):
     """A fixed-capacity array of items encoded in device memory; ``take`` returns device tensors.
 
     Parameters
@@ -166,15 +167,8 @@ class DeviceArray(WriteFrontEnd):
 
     # -- geometry and sizes -------------------------------------------------------------------
     @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.capacity, *self.item_shape)
-
-    @property
     def nchunks_total(self) -> int:
         return -(-self.capacity // self.chunk_len)
-
-    def __len__(self) -> int:
-        return self.capacity
 
     def _rows(self, chunk: int) -> int:
         return min(self.chunk_len, self.capacity - chunk * self.chunk_len)
