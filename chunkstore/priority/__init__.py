@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.priority import _kernels as _k
+from chunkstore.validate import is_int
 
 __all__ = ["DEFAULT_FANOUT", "F32_TINY", "GENERATION_DTYPE", "PriorityIndex", "check_masses"]
 
@@ -105,9 +106,9 @@ class PriorityIndex:
     _tree: _Tree
 
     def __init__(self, capacity: int, fanout: int = DEFAULT_FANOUT) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        if not is_int(capacity, minimum=1):
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
-        if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) or not 2 <= fanout <= 256:
+        if not is_int(fanout, minimum=2, maximum=256):
             raise ValueError(f"fanout must be an int in 2..256, got {fanout!r}")
         self._install(int(capacity), int(fanout), np.zeros(int(capacity), np.float32),
                       np.zeros(int(capacity), GENERATION_DTYPE), 1.0)
@@ -177,7 +178,7 @@ class PriorityIndex:
         (default: the global ``numpy.random``), which draws ``k`` uniforms in ``[0, 1)``.
         ValueError when no slot has mass.
         """
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        if not is_int(k, minimum=1):
             raise ValueError(f"k must be an int >= 1, got {k!r}")
         total = self.total
         if not total > 0:

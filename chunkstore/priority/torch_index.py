@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from chunkstore.validate import is_int
+
 __all__ = ["TorchPriorityIndex"]
 
 
@@ -32,15 +34,15 @@ class TorchPriorityIndex:
     """Masses of ``capacity`` slots on ``device``, sampled in proportion (all 0 at first)."""
 
     def __init__(self, capacity: int, device: Any = "cpu", block: int = 1024) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        if not is_int(capacity, minimum=1):
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
-        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        if not is_int(block, minimum=1):
             raise ValueError(f"block must be an int >= 1, got {block!r}")
-        self.capacity, self.block, self.device = capacity, block, torch.device(device)
-        self.nblocks = -(-capacity // block)
+        self.capacity, self.block, self.device = int(capacity), int(block), torch.device(device)
+        self.nblocks = -(-self.capacity // self.block)
         dev = self.device
-        self.masses = torch.zeros(self.nblocks * block, dtype=torch.float32, device=dev)
-        self.generations = torch.zeros(capacity, dtype=torch.int32, device=dev)
+        self.masses = torch.zeros(self.nblocks * self.block, dtype=torch.float32, device=dev)
+        self.generations = torch.zeros(self.capacity, dtype=torch.int32, device=dev)
         self.block_sums = torch.zeros(self.nblocks, dtype=torch.float64, device=dev)
         self.block_mins = torch.full((self.nblocks,), float("inf"), dtype=torch.float32, device=dev)
         self.max = torch.ones((), dtype=torch.float64, device=dev)  # the largest mass written so far
@@ -61,8 +63,9 @@ class TorchPriorityIndex:
         An index with no mass returns slot 0 with mass 0 (checking would read the total on
         the host): check ``total()`` first where that can happen.
         """
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not is_int(k, minimum=1):
             raise ValueError(f"k must be an int >= 1, got {k!r}")
+        k = int(k)
         u = torch.rand(k, generator=generator, dtype=torch.float64, device=self.device)
         total = self.block_sums.sum()
         targets = (torch.arange(k, device=self.device, dtype=torch.float64) + u) * (total / k) if stratified \

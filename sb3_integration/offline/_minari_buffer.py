@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from chunkstore.validate import is_int
+
 __all__ = ["fill_replay_buffer", "stack_frames"]
 
 
@@ -51,7 +53,7 @@ def fill_replay_buffer(store: Any, buffer_size: int | None, n_stack: int, device
                        kwargs: dict[str, Any]) -> Any:
     from sb3_integration import CompressedDictReplayBuffer, CompressedReplayBuffer
 
-    if isinstance(n_stack, bool) or not isinstance(n_stack, int) or n_stack < 1:
+    if not is_int(n_stack, minimum=1):
         raise ValueError(f"n_stack must be an int >= 1, got {n_stack!r}")
     obs_space = store.observation_space
     is_dict = isinstance(obs_space, spaces.Dict)

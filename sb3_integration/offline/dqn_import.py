@@ -31,6 +31,7 @@ from chunkstore.hdf5 import chunk_spans, verify
 from chunkstore.hdf5 import load as load_store
 from chunkstore.hdf5 import save as save_store
 from chunkstore.hdf5.source import ChunkSource
+from chunkstore.validate import is_int
 from sb3_integration.offline.dopamine import (
     STORE_NAMES,
     Checkpoint,
@@ -95,7 +96,7 @@ def import_dqn_replay(
     """
     for name, v in (("stack_size", stack_size), ("update_horizon", update_horizon),
                     ("chunk_len", chunk_len)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        if not is_int(v, minimum=1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     if not 0.0 <= float(gamma) <= 1.0:
         raise ValueError(f"gamma must be within [0, 1], got {gamma}")
