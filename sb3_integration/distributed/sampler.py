@@ -1,8 +1,9 @@
 """Learners: batches drawn uniformly over every shard, as SB3 replay samples.
 
 :class:`GlobalSampler` asks the service's rate limiter for ``n`` samples, splits them
-over the shards with a multinomial draw in proportion to the shards' weights (so each
-transition of the service is equally likely, whichever shard holds it), asks every
+over the shards with its shard sampler (:mod:`sb3_integration.samplers.shards`: a
+multinomial draw in proportion to the shards' sizes, so each transition of the service
+is equally likely, whichever shard holds it), asks every
 shard for its share at once (one remote call per shard, in parallel; a shard whose
 share is 0 is asked for its weight alone), and joins the replies. Every reply carries
 its shard's size and weight (:meth:`ShardStore.weight
@@ -50,6 +51,11 @@ from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterT
 from sb3_integration.distributed.service import ReplayService
 from sb3_integration.distributed.wire import SampleReply
 from sb3_integration.distributed.writer import ReplayWriter
+from sb3_integration.samplers.shards import (
+    PrioritizedShardSampler,
+    ShardSampler,
+    UniformShardSampler,
+)
 
 __all__ = ["DECODE_DEFAULT", "DistributedReplayBuffer", "GlobalSampler", "ShardUnavailableWarning"]
 
@@ -113,6 +119,7 @@ class GlobalSampler:
         self.service = service if isinstance(service, ReplayService) else ReplayService.connect(service)
         self.decode, self.timeout, self.threads, self.prefetch = decode, timeout, threads, bool(prefetch)
         self.prioritized = bool(prioritized)
+        self.shard_sampler: ShardSampler = PrioritizedShardSampler() if self.prioritized else UniformShardSampler()
         if self.prioritized and self.service.config.spec.priority_alpha is None:
             raise ValueError(f"replay service {self.service.name!r} keeps no priorities: create it with alpha=...")
         self._pending: tuple[int, Any, Any] | None = None
@@ -173,20 +180,14 @@ class GlobalSampler:
             self.sizes[i], self.weights[i] = size, self._mass(size, weight)
 
     def _mass(self, size: int, weight: float) -> float:
-        """A shard's sampling mass: its priority mass for a prioritized sampler, else its size
-        (a uniform learner of a prioritized service samples uniformly)."""
-        return float(weight) if self.prioritized else float(size)
+        """A shard's sampling weight (:meth:`ShardSampler.weight
+        <sb3_integration.samplers.shards.ShardSampler.weight>`): its priority mass for a prioritized
+        sampler, else its size (a uniform learner of a prioritized service samples uniformly)."""
+        return self.shard_sampler.weight(size, weight)
 
     def _counts(self, n: int, weights: np.ndarray, rng: Any) -> np.ndarray:
-        """Per-shard counts of ``n`` in proportion to ``weights``: a multinomial draw (uniform), or
-        stratified (prioritized: the total split into ``n`` equal segments, one draw in each, so
-        shard ``s`` gets ``floor`` or ``ceil`` of ``n * w_s / sum w``)."""
-        if not self.prioritized:
-            return np.asarray(rng.multinomial(n, weights / weights.sum()))
-        edges = np.cumsum(weights)
-        targets = (np.arange(n) + rng.random(n)) * (edges[-1] / n)
-        at = np.minimum(np.searchsorted(edges, targets, side="right"), len(weights) - 1)
-        return np.bincount(at, minlength=len(weights))
+        """Per-shard counts of ``n`` in proportion to ``weights`` (the shard sampler's split)."""
+        return self.shard_sampler.counts(n, weights, rng)
 
     def _live_weights(self) -> np.ndarray:
         w = self.weights.copy()
