@@ -9,8 +9,8 @@ shard sampler holds no transitions and no state between draws.
   transition of the service is equally likely whichever shard holds it.
 * :class:`PrioritizedShardSampler` -- weight: the shard's priority mass (the sum of its
   ``(p + epsilon) ** alpha``); stratified, as the prioritized buffers draw: the total split
-  into ``n`` equal segments and one draw in each, so shard ``s`` gets the floor or the ceil
-  of ``n * w_s / sum(w)``.
+  into ``n`` equal segments and one draw in each, so shard ``s`` gets its share
+  ``n * w_s / sum(w)`` to within less than 2 (a shard's span can cut two segments at each end).
 
 Examples
 --------
