@@ -9,6 +9,7 @@ see :mod:`chunkstore.device.policy`), so the copy is small next to the records.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,17 @@ from chunkstore.device.staging import StagingBuffer
 __all__ = ["ReferencePool"]
 
 _START_ROWS = 8
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The pool's rows, their host copy and their user counts, replaced whole when the pool grows
+    (one assignment: all-or-nothing under Ctrl-C). ``count`` changes in place, by single numpy calls."""
+
+    rows: Any  # (n, item_nbytes) uint8 tensor on the device; None once closed
+    host: np.ndarray  # the host copy of every row
+    count: np.ndarray  # users per row; a row > 0 nobody uses is free
+    version: int  # bumped when ``rows`` is reallocated (views of it are stale then)
 
 
 class ReferencePool:
@@ -44,16 +56,34 @@ class ReferencePool:
 
     def __init__(self, torch: Any, device: Any, item_nbytes: int) -> None:
         self._torch, self.device, self.item_nbytes = torch, device, int(item_nbytes)
-        self.host = np.zeros((_START_ROWS, self.item_nbytes), np.uint8)  # the host copy of every row
-        self.count = np.zeros(_START_ROWS, np.int64)  # users per row; a row > 0 nobody uses is free
         self._staging = StagingBuffer(torch, device)
-        self.rows = torch.zeros((_START_ROWS, self.item_nbytes), dtype=torch.uint8, device=device)
-        self.version = 0  # bumped when ``rows`` is reallocated (views of it are stale then)
+        self._table = _Rows(torch.zeros((_START_ROWS, self.item_nbytes), dtype=torch.uint8, device=device),
+                            np.zeros((_START_ROWS, self.item_nbytes), np.uint8), np.zeros(_START_ROWS, np.int64), 0)
+
+    @property
+    def rows(self) -> Any:
+        """The ``(n, item_nbytes)`` uint8 device tensor of every row (None once closed)."""
+        return self._table.rows
+
+    @property
+    def host(self) -> np.ndarray:
+        """The host copy of every row."""
+        return self._table.host
+
+    @property
+    def count(self) -> np.ndarray:
+        """Users per row (row 0, the zero item, is not counted; a row > 0 nobody uses is free)."""
+        return self._table.count
+
+    @property
+    def version(self) -> int:
+        """Bumped when :attr:`rows` is reallocated (views of it are stale then)."""
+        return self._table.version
 
     # Interrupts (a KeyboardInterrupt between any two bytecodes): the pool's one piece of
     # bookkeeping is ``count``, changed by single numpy calls; free rows are read from it
     # (no free list to fall out of step), and growth installs rows, host and count in one
-    # step. A row handed out by :meth:`add` is taken only by the :meth:`incref` that
+    # step (a new ``_Rows``). A row handed out by :meth:`add` is taken only by the :meth:`incref` that
     # follows: if an interrupt comes between them, the row is still free.
 
     def add(self, item: np.ndarray) -> int:
@@ -79,7 +109,7 @@ class ReferencePool:
         host = np.concatenate([self.host, np.zeros_like(self.host)])
         count = np.concatenate([self.count, np.zeros(old, np.int64)])
         # one step: rows, their host copy, their counts and the version always agree
-        self.__dict__.update(rows=rows, host=host, count=count, version=self.version + 1)
+        self._table = _Rows(rows, host, count, self.version + 1)
 
     def incref(self, rows: np.ndarray) -> None:
         """``rows`` gain a user each (row 0, the zero item, is not counted)."""
@@ -116,4 +146,4 @@ class ReferencePool:
 
     def close(self) -> None:
         self._staging.release()
-        self.rows = None
+        self._table = _Rows(None, self.host, self.count, self.version)

@@ -11,7 +11,7 @@ ordinary memory and copies are synchronous.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,6 +19,13 @@ __all__ = ["StagingBuffer", "StagingRing"]
 
 #: staging buffers a ring holds before a read waits for an old upload to finish
 MAX_IN_FLIGHT = 8
+
+
+class _Views(NamedTuple):
+    """The two views of one host buffer, replaced together (one assignment)."""
+
+    tensor: Any  # uint8 torch tensor (pinned on CUDA), or None when released
+    array: np.ndarray  # the same bytes as a numpy array
 
 
 class StagingBuffer:
@@ -48,19 +55,28 @@ class StagingBuffer:
         self._torch = torch
         self._pin = device.type == "cuda"
         self._event: Any = None
-        self.tensor: Any = None
-        self.array = np.zeros(0, np.uint8)
+        self._views = _Views(None, np.zeros(0, np.uint8))
         if nbytes:
             self._allocate(nbytes)
 
     @property
+    def tensor(self) -> Any:
+        """The buffer as a uint8 torch tensor (None when released)."""
+        return self._views.tensor
+
+    @property
+    def array(self) -> np.ndarray:
+        """The buffer as a numpy array (the same bytes)."""
+        return self._views.array
+
+    @property
     def nbytes(self) -> int:
-        return int(self.array.nbytes)
+        return int(self._views.array.nbytes)
 
     def _allocate(self, nbytes: int) -> None:
         torch = self._torch
         tensor = torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=self._pin)
-        self.__dict__.update(tensor=tensor, array=tensor.numpy())  # one step: the two views of one buffer
+        self._views = _Views(tensor, tensor.numpy())
 
     def busy(self) -> bool:
         """Whether the last upload from this buffer may still be running (never waits)."""
@@ -89,7 +105,7 @@ class StagingBuffer:
     def release(self) -> None:
         """Drop the storage (waits for a pending upload first)."""
         self.ready()
-        self.__dict__.update(tensor=None, array=np.zeros(0, np.uint8))
+        self._views = _Views(None, np.zeros(0, np.uint8))
 
 
 class StagingRing:
