@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.array._geometry import ItemGeometry
 from chunkstore.array._table import ChunkTable
+from chunkstore.array.frontend import ItemGeometry
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import Codec
 from chunkstore.tiers import Tier

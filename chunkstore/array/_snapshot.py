@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.array._geometry import ItemGeometry
+from chunkstore.array.frontend import ItemGeometry
 from chunkstore.codecs import Codec
 from chunkstore.tiers import ChunkRef, Tier
 

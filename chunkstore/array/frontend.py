@@ -15,14 +15,15 @@ checked arguments to the array's own storage through a few hooks:
 * ``_remap(capacity, src, dst)``: the checked chunk moves.
 
 :func:`check_geometry` is the one check of the constructor arguments both take; counts are
-:func:`chunkstore.validate.check_count`'s (re-exported here).
+:func:`chunkstore.validate.check_count`'s (re-exported here). :class:`ItemGeometry` answers
+``shape`` / ``ndim`` / ``size`` / ``len()`` for both, and for the array's snapshots.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,7 +31,39 @@ from chunkstore._indexing import check_index, normalize_indices
 from chunkstore.casting import lossless_cast
 from chunkstore.validate import check_count, is_int
 
-__all__ = ["WriteFrontEnd", "check_chunk", "check_chunks", "check_count", "check_geometry"]
+__all__ = ["ItemGeometry", "WriteFrontEnd", "check_chunk", "check_chunks", "check_count", "check_geometry"]
+
+
+class _Items(Protocol):
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def item_shape(self) -> tuple[int, ...]: ...
+
+
+class ItemGeometry:
+    """``shape``, ``ndim``, ``size`` and ``len()`` of ``capacity`` items of ``item_shape``.
+
+    A base of :class:`~chunkstore.array.ChunkedArray`, its snapshots and
+    :class:`~chunkstore.device.DeviceArray`, which provide ``capacity`` and ``item_shape``
+    (attributes or properties).
+    """
+
+    @property
+    def shape(self: _Items) -> tuple[int, ...]:
+        return (self.capacity, *self.item_shape)
+
+    @property
+    def ndim(self: _Items) -> int:
+        return 1 + len(self.item_shape)
+
+    @property
+    def size(self: _Items) -> int:
+        return self.capacity * int(np.prod(self.item_shape, dtype=np.int64))
+
+    def __len__(self: _Items) -> int:
+        return self.capacity
 
 
 def check_geometry(capacity: int, item_shape: tuple[int, ...] | int, dtype: Any, chunk_len: int,

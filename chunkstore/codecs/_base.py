@@ -126,7 +126,7 @@ class Codec(ABC):
         return cls(**params)
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.get_config() == other.get_config()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.get_config() == other.get_config()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(sorted(self.get_config().items()))))

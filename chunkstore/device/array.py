@@ -42,8 +42,7 @@ import numpy as np
 
 from chunkstore._cuda_fork import check_process, forked_from, note_cuda_store
 from chunkstore.array import DEFAULT_CHUNK_LEN, MAX_OPEN_CHUNKS
-from chunkstore.array._geometry import ItemGeometry
-from chunkstore.array.frontend import WriteFrontEnd, check_chunks, check_geometry
+from chunkstore.array.frontend import ItemGeometry, WriteFrontEnd, check_chunks, check_geometry
 from chunkstore.device._fork import note_cpu_store
 from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode

@@ -64,12 +64,12 @@ _CRC_T = _crc_tables()  # a global array: numba freezes it into the compiled cod
 
 
 @intrinsic
-def _call6(typingctx, fn, a, b, c, d, e, f):  # type: ignore[no-untyped-def]
+def _call6(typingctx, fn, a, b, c, d, e, f):
     """``fn(a, b, c, d, e, f)`` for a C function at address ``fn`` (all int64 / pointers)."""
     sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64,
                       types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
         fnty = ir.FunctionType(i64, [i64] * 6)
         return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
@@ -78,11 +78,11 @@ def _call6(typingctx, fn, a, b, c, d, e, f):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def _call4(typingctx, fn, a, b, c, d):  # type: ignore[no-untyped-def]
+def _call4(typingctx, fn, a, b, c, d):
     """``fn(a, b, c, d)`` for a C function at address ``fn`` (pread: an int fd, then int64s)."""
     sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         i64, i32 = ir.IntType(64), ir.IntType(32)
         fnty = ir.FunctionType(i64, [i32, i64, i64, i64])
         fd = builder.trunc(args[1], i32)
@@ -92,11 +92,11 @@ def _call4(typingctx, fn, a, b, c, d):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def _call_crc(typingctx, fn, crc, buf, n):  # type: ignore[no-untyped-def]
+def _call_crc(typingctx, fn, crc, buf, n):
     """zlib's ``crc32(uLong crc, const Bytef *buf, uInt len)`` at address ``fn``."""
     sig = types.int64(types.int64, types.int64, types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         i64, i32 = ir.IntType(64), ir.IntType(32)
         fnty = ir.FunctionType(i64, [i64, i64, i32])
         return builder.call(builder.inttoptr(args[0], fnty.as_pointer()),
@@ -106,10 +106,10 @@ def _call_crc(typingctx, fn, crc, buf, n):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def _memcpy(typingctx, dst, src, n):  # type: ignore[no-untyped-def]
+def _memcpy(typingctx, dst, src, n):
     sig = types.void(types.int64, types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         i8p = ir.IntType(8).as_pointer()
         cgutils.raw_memcpy(builder, builder.inttoptr(args[0], i8p),
                            builder.inttoptr(args[1], i8p), args[2], 1)
@@ -119,10 +119,10 @@ def _memcpy(typingctx, dst, src, n):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def _memzero(typingctx, dst, n):  # type: ignore[no-untyped-def]
+def _memzero(typingctx, dst, n):
     sig = types.void(types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
         cgutils.memset(builder, ptr, args[1], 0)
         return context.get_dummy_value()
@@ -131,21 +131,21 @@ def _memzero(typingctx, dst, n):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def _u8ptr(typingctx, addr):  # type: ignore[no-untyped-def]
+def _u8ptr(typingctx, addr):
     sig = types.CPointer(types.uint8)(types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
 
     return sig, codegen
 
 
 @intrinsic
-def _fetch_add(typingctx, addr, val):  # type: ignore[no-untyped-def]
+def _fetch_add(typingctx, addr, val):
     """Atomically add ``val`` to the int64 at ``addr``; returns the value before (sequentially consistent)."""
     sig = types.int64(types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
         return builder.atomic_rmw("add", ptr, args[1], "seq_cst")
 
@@ -153,7 +153,7 @@ def _fetch_add(typingctx, addr, val):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _copy_runs(dst, dst_stride, src, src_stride, nruns, run):  # type: ignore[no-untyped-def]
+def _copy_runs(dst, dst_stride, src, src_stride, nruns, run):
     """``nruns`` runs of ``run`` bytes from ``src`` to ``dst``, run ``r`` at ``r * stride`` on each side."""
     if nruns == 1:
         _memcpy(dst, src, run)
@@ -169,7 +169,7 @@ def _copy_runs(dst, dst_stride, src, src_stride, nruns, run):  # type: ignore[no
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _zero_item(dst, nruns, run, stride):  # type: ignore[no-untyped-def]
+def _zero_item(dst, nruns, run, stride):
     if nruns == 1:
         _memzero(dst, run)
     elif run >= 32:
@@ -183,7 +183,7 @@ def _zero_item(dst, nruns, run, stride):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def crc32_table(addr, n):  # type: ignore[no-untyped-def]
+def crc32_table(addr, n):
     """CRC32 of the ``n`` bytes at ``addr`` (zlib's), slicing-by-8 over :data:`_CRC_T`."""
     t = _CRC_T
     buf = carray(_u8ptr(addr), max(n, 1))
@@ -202,7 +202,7 @@ def crc32_table(addr, n):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def crc32_at(fn, addr, n):  # type: ignore[no-untyped-def]
+def crc32_at(fn, addr, n):
     """CRC32 of the ``n`` bytes at ``addr``: zlib's ``crc32`` at address ``fn``, or the table (``fn`` 0)."""
     if fn == 0:
         return crc32_table(addr, n)
@@ -217,7 +217,7 @@ def crc32_at(fn, addr, n):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def plan_groups(ids, chunk_len, order, starts):  # type: ignore[no-untyped-def]
+def plan_groups(ids, chunk_len, order, starts):
     """Order the requests by chunk into ``order`` (n) and ``starts`` (n + 1); return the group count.
 
     Group ``g`` is ``order[starts[g]:starts[g+1]]``; requests for item -1 (zeros) form their
@@ -241,7 +241,7 @@ def plan_groups(ids, chunk_len, order, starts):  # type: ignore[no-untyped-def]
 
 @njit(nogil=True, cache=True)
 def _serve_groups(g0, g1, counter, ids, dst_off, order, starts, p, seg, off, clen, segs, open_chunks, open_addr,
-                  crc_chunks, crc_want, scratch, cbuf, status):  # type: ignore[no-untyped-def]
+                  crc_chunks, crc_want, scratch, cbuf, status):
     """Serve groups of a plan: ``g0..g1``, or (``counter`` != 0) groups taken one at a time from the
     int64 at address ``counter`` with an atomic increment until none is left. Decodes each group's
     chunk once and copies its items out; returns how many groups it served, ``status`` set.
@@ -327,7 +327,7 @@ def _serve_groups(g0, g1, counter, ids, dst_off, order, starts, p, seg, off, cle
 
 @njit(nogil=True, cache=True)
 def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
-                  open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status):  # type: ignore[no-untyped-def]
+                  open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status):
     """Serve groups ``g0..g1`` of a plan: decode each chunk once, copy its items out.
 
     ``segs[0, s]`` is segment ``s``'s host address (0: not in memory), ``segs[1, s]``
@@ -345,7 +345,7 @@ def gather_groups(ids, dst_off, order, starts, g0, g1, p, seg, off, clen, segs,
 
 @njit(nogil=True, cache=True)
 def gather_shared(ids, dst_off, order, starts, next_group, p, seg, off, clen, segs,
-                  open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status):  # type: ignore[no-untyped-def]
+                  open_chunks, open_addr, crc_chunks, crc_want, scratch, cbuf, status):
     """Serve groups of a plan that no other thread took, one at a time, until none is left.
 
     Several threads run this on one plan at once, each with its own ``scratch``,
@@ -361,7 +361,7 @@ def gather_shared(ids, dst_off, order, starts, next_group, p, seg, off, clen, se
 
 @njit(nogil=True, cache=True)
 def gather_all(ids, dst_off, p, seg, off, clen, segs, open_chunks, open_addr, crc_chunks, crc_want, scratch,
-               cbuf, status):  # type: ignore[no-untyped-def]
+               cbuf, status):
     """:func:`plan_groups` then :func:`gather_groups` over every group: a whole read on one thread."""
     order = np.empty(ids.size, np.int64)
     starts = np.empty(ids.size + 1, np.int64)

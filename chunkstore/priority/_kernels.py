@@ -30,7 +30,7 @@ META_SIZE = 1
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _recompute(leaves, sums, mins, offsets, fanout, level, node):  # type: ignore[no-untyped-def]
+def _recompute(leaves, sums, mins, offsets, fanout, level, node):
     """Node ``node`` of ``level`` (>= 1) from its ``fanout`` children."""
     first = node * fanout
     total = 0.0
@@ -53,7 +53,7 @@ def _recompute(leaves, sums, mins, offsets, fanout, level, node):  # type: ignor
 
 
 @njit(nogil=True, cache=True)
-def rebuild(leaves, sums, mins, offsets, fanout, nlevels):  # type: ignore[no-untyped-def]
+def rebuild(leaves, sums, mins, offsets, fanout, nlevels):
     """Every upper node from the leaves (a load, or a fresh index)."""
     for level in range(1, nlevels + 1):
         for node in range(offsets[level + 1] - offsets[level]):
@@ -61,7 +61,7 @@ def rebuild(leaves, sums, mins, offsets, fanout, nlevels):  # type: ignore[no-un
 
 
 @njit(nogil=True, cache=True)
-def assign(leaves, sums, mins, offsets, fanout, nlevels, meta, gens, slots, values,  # type: ignore[no-untyped-def]
+def assign(leaves, sums, mins, offsets, fanout, nlevels, meta, gens, slots, values,
            use_max, bump, check, expect, applied):
     """Write ``values[i]`` (or the largest value so far, ``use_max``) into slot ``slots[i]``.
 
@@ -88,7 +88,7 @@ def assign(leaves, sums, mins, offsets, fanout, nlevels, meta, gens, slots, valu
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _pick_child(values, base, first, stop, u):  # type: ignore[no-untyped-def]
+def _pick_child(values, base, first, stop, u):
     """The child in ``first..stop-1`` (its mass at ``values[base + child]``) whose running-sum
     interval holds ``u``, and ``u`` within it; a ``u`` that rounding carried past the last child
     with mass goes to the middle of that child. A child with no mass is never chosen."""
@@ -105,7 +105,7 @@ def _pick_child(values, base, first, stop, u):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def sample(leaves, sums, offsets, fanout, nlevels, targets, out_slots, out_values):  # type: ignore[no-untyped-def]
+def sample(leaves, sums, offsets, fanout, nlevels, targets, out_slots, out_values):
     """For each target ``u`` in ``[0, total)``: the slot whose running-sum interval holds it.
 
     A child with no mass is never chosen: the interval test is strict, and a target that
