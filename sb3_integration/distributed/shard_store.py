@@ -59,6 +59,7 @@ import numpy as np
 
 from chunkstore import ChunkedArray, Codec
 from chunkstore.array import DEFAULT_CHUNK_LEN
+from sb3_integration.distributed.errors import MissingMessagesError
 from sb3_integration.distributed.options import number
 from sb3_integration.distributed.shard_checkpoint import (
     SHARD_FORMAT,
@@ -74,10 +75,6 @@ __all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "ShardStoreStat
 NONE = np.uint32(0xFFFFFFFF)  # a stack with no stored frame (all zeros)
 _GROWTH = 1.5
 _MIN_RING = 1024
-
-
-class MissingMessagesError(ValueError):
-    """A writer's message arrived before earlier ones (a shard restarted from an older checkpoint)."""
 
 
 @dataclass(frozen=True)
