@@ -2,7 +2,8 @@
 
 0.2 moved the code into layers (``sb3_integration.replay`` became :mod:`sb3_integration.buffers.replay`,
 ...). Code and pickles that name an old path go on working: :class:`LegacyFinder`, on
-``sys.meta_path`` once ``sb3_integration`` is imported, answers for the names in :data:`MOVED`
+``sys.meta_path`` once ``sb3_integration`` is imported, answers for the names in :data:`MOVED` (with
+0.3's two moves below the buffers: ``sb3_integration.interop.extra_buffers`` and ``.sources``)
 (after the real finders, so a module that exists is never shadowed). ``import sb3_integration.replay``,
 ``from sb3_integration.replay import X`` and a pickle whose class path is
 ``sb3_integration.replay.CompressedReplayBuffer`` get the same objects as the new path.
