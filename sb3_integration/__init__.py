@@ -6,7 +6,7 @@ dtypes, ndarray-like ``observations``, pickling) and store each distinct frame
 once, in compressed chunks.
 
 Every buffer also takes sb3-extra-buffers' arguments and codec names
-(:mod:`sb3_integration.interop.extra_buffers`), and its helper names live in
+(:mod:`sb3_integration.buffers.extra_buffers`), and its helper names live in
 :mod:`sb3_integration.interop.compat`, so migrating from ``sb3_extra_buffers.compressed`` is
 one import line; :mod:`sb3_integration.interop.convert` brings existing sb3-extra-buffers
 pickles over. :class:`CompressedHerReplayBuffer` is SB3's ``HerReplayBuffer``, compressed.
@@ -39,7 +39,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "CompressedPrioritizedNStepReplayBuffer", "PrioritizedReplayBufferSamples",
         "PrioritizedDictReplayBufferSamples", "PrioritizedReplayMixin"),
     "engine.frames": ("FrameStore", "StackLayout"),
-    "interop.extra_buffers": ("CodecFallbackWarning",),
+    "buffers.extra_buffers": ("CodecFallbackWarning",),
     "interop.compat": (
         "CompressedArray", "DummyCls", "GpuReplayBuffer", "GpuRolloutBuffer", "find_buffer_dtypes",
         "find_gpu_buffer_dtypes", "find_smallest_dtype", "has_igzip", "has_numba", "init_jit",

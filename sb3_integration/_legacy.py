@@ -2,7 +2,8 @@
 
 0.2 moved the code into layers (``sb3_integration.replay`` became :mod:`sb3_integration.buffers.replay`,
 ...). Code and pickles that name an old path go on working: :class:`LegacyFinder`, on
-``sys.meta_path`` once ``sb3_integration`` is imported, answers for the names in :data:`MOVED`
+``sys.meta_path`` once ``sb3_integration`` is imported, answers for the names in :data:`MOVED` (with
+0.3's two moves below the buffers: ``sb3_integration.interop.extra_buffers`` and ``.sources``)
 (after the real finders, so a module that exists is never shadowed). ``import sb3_integration.replay``,
 ``from sb3_integration.replay import X`` and a pickle whose class path is
 ``sb3_integration.replay.CompressedReplayBuffer`` get the same objects as the new path.
@@ -35,18 +36,20 @@ PACKAGE = "sb3_integration"
 #: the release that removes the old paths of :data:`MOVED`
 REMOVAL = "0.4.0"
 
-#: old module (under the package) -> the modules its names live in now, searched in order
+#: old module (under the package, dotted below a subpackage) -> the modules its names live in now, in order
 MOVED: dict[str, tuple[str, ...]] = {
     "frames": ("engine.frames",), "frame_state": ("engine.frame_state",),
     "stacking": ("engine.stacking",), "device_stacks": ("engine.device_stacks",),
     "replay": ("buffers.replay",), "rollout": ("buffers.rollout",), "her": ("buffers.her",),
     "prioritized": ("buffers.prioritized",), "columns": ("buffers.columns",),
     "sb3_ops": ("buffers.sb3_checks",), "spaces": ("persistence.spaces",),
-    "extra_buffers": ("interop.extra_buffers",), "compat": ("interop.compat",),
+    "extra_buffers": ("buffers.extra_buffers",), "compat": ("interop.compat",),
     "convert": ("interop.convert",), "per_dqn": ("algorithms.per_dqn",),
     "per_qrdqn": ("algorithms.per_qrdqn",),
     # 0.1's grab bag, split by idea in 0.2; 0.1 pickles name its StoreOptions
     "_common": ("buffers.options", "buffers.views", "buffers.observations", "engine.packing"),
+    # 0.3: what every buffer takes and reads went below the buffer classes (arrows only point down)
+    "interop.extra_buffers": ("buffers.extra_buffers",), "interop.sources": ("buffers.sources",),
 }
 
 #: old module -> the module it is, for good: the same module object, no warning
@@ -76,7 +79,7 @@ def _named_in_source(depth: int) -> bool:
 def _moved_module(old: str, homes: Sequence[str]) -> types.ModuleType:
     """A module object for ``sb3_integration.<old>`` whose names resolve in ``homes``, on first use."""
     name = f"{PACKAGE}.{old}"
-    module = types.ModuleType(name, f"``{name}``, moved in 0.2 to "
+    module = types.ModuleType(name, f"``{name}``, moved to "
                               + ", ".join(f":mod:`{PACKAGE}.{h}`" for h in homes)
                               + f"; the old path goes in {REMOVAL}.")
 
@@ -106,6 +109,11 @@ def _moved_module(old: str, homes: Sequence[str]) -> types.ModuleType:
     return module
 
 
+def _old(fullname: str) -> str:
+    """``fullname`` under the package (``"interop.sources"``), or "" for a name outside it."""
+    return fullname[len(PACKAGE) + 1:] if fullname.startswith(PACKAGE + ".") else ""
+
+
 def _home(relative: str) -> types.ModuleType:
     return importlib.import_module(f"{PACKAGE}.{relative}")
 
@@ -114,17 +122,17 @@ class LegacyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds and loads the old paths of :data:`MOVED` and :data:`SHORT_NAMES` (see the module's doc)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        package, _, old = fullname.rpartition(".")
-        if package != PACKAGE or (old not in MOVED and old not in SHORT_NAMES):
+        old = _old(fullname)
+        if old not in MOVED and old not in SHORT_NAMES:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        old = spec.name.rpartition(".")[2]
+        old = _old(spec.name)
         return _moved_module(old, MOVED[old]) if old in MOVED else None
 
     def exec_module(self, module: types.ModuleType) -> None:
-        old = module.__name__.rpartition(".")[2]
+        old = _old(module.__name__)
         if old in SHORT_NAMES:  # the import system returns what sys.modules holds after this
             sys.modules[module.__name__] = _home(SHORT_NAMES[old])
         else:  # import the new homes now: a missing dependency fails at the import, as before
@@ -133,7 +141,7 @@ class LegacyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def get_code(self, fullname: str) -> types.CodeType | None:
         """``python -m sb3_integration.zoo``: runpy runs the code of the module the path names."""
-        old = fullname.rpartition(".")[2]
+        old = _old(fullname)
         real = f"{PACKAGE}.{SHORT_NAMES.get(old) or MOVED[old][0]}"
         spec = importlib.util.find_spec(real)
         loader = spec.loader if spec is not None else None

@@ -262,7 +262,7 @@ def test_no_import_circles(package):
 def test_no_import_circles_through_lazy_imports(package):
     """``frames`` / ``frame_state`` and ``replay`` / ``convert`` were circles held open by imports in
     functions; the code moved instead (``FrameStore`` captures and installs its own state,
-    ``interop.sources`` reads foreign buffers below the buffer classes). The Ray service's
+    ``buffers.sources`` reads foreign buffers beside the buffer classes). The Ray service's
     ``remote`` / ``service`` / ``writer`` was the last: ``ShardLostError`` now lives in ``remote``
     (the errors its calls pass through), so nothing below the writer imports it."""
     assert import_cycles(ROOT, package, lazy=True) == []

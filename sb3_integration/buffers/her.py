@@ -44,9 +44,9 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.her.goal_selection_strategy import GoalSelectionStrategy
 
 from chunkstore import FormatError, Tier
+from sb3_integration.buffers.extra_buffers import convert_samples
 from sb3_integration.buffers.replay import CompressedDictReplayBuffer, _CompressedReplayMixin
 from sb3_integration.buffers.sb3_checks import check_her_add
-from sb3_integration.interop.extra_buffers import convert_samples
 
 __all__ = ["CompressedHerReplayBuffer", "decode_infos", "encode_infos"]
 

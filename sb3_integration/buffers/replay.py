@@ -66,6 +66,12 @@ from sb3_integration.buffers._prefetching import PrefetchFront
 from sb3_integration.buffers._prioritized_reads import read_samples
 from sb3_integration.buffers._sizes import BufferSizes
 from sb3_integration.buffers.columns import SMALL_ARRAYS, Columns
+from sb3_integration.buffers.extra_buffers import (
+    convert_samples,
+    describe,
+    parse_extra_buffers_args,
+)
+from sb3_integration.buffers.files import ReplayFiles
 from sb3_integration.buffers.observations import subspaces
 from sb3_integration.buffers.options import (
     DEFAULT_CACHE_BYTES,
@@ -76,6 +82,7 @@ from sb3_integration.buffers.options import (
     parse_store_options,
 )
 from sb3_integration.buffers.sb3_checks import check_replay_add, like_sb3, replay_constructor_checks
+from sb3_integration.buffers.sources import convert_into
 from sb3_integration.buffers.views import ObservationView, same_rows
 from sb3_integration.engine.device_stacks import check_not_meta, to_host
 from sb3_integration.engine.frame_state import RELEASE_LAG_CHUNKS
@@ -88,13 +95,6 @@ from sb3_integration.engine.raw import (
     choose_storage,
     parse_storage,
 )
-from sb3_integration.interop.extra_buffers import (
-    convert_samples,
-    describe,
-    parse_extra_buffers_args,
-)
-from sb3_integration.interop.sources import convert_into
-from sb3_integration.persistence.files import ReplayFiles
 from sb3_integration.samplers import Draw, Sampler, UniformSampler, check_prefetch
 from sb3_integration.samplers.prefetch import prefetch_generator
 

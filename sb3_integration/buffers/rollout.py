@@ -44,6 +44,11 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import Codec, get_codec
 from sb3_integration.buffers._closing import ClosableBuffer
+from sb3_integration.buffers.extra_buffers import (
+    convert_samples,
+    describe,
+    parse_extra_buffers_args,
+)
 from sb3_integration.buffers.options import (
     StoreOptions,
     check_keywords,
@@ -59,11 +64,6 @@ from sb3_integration.buffers.views import ObservationView
 from sb3_integration.engine.device_stacks import check_not_meta, to_host
 from sb3_integration.engine.frames import OBS, FrameStore
 from sb3_integration.errors import RolloutNotFullError
-from sb3_integration.interop.extra_buffers import (
-    convert_samples,
-    describe,
-    parse_extra_buffers_args,
-)
 
 __all__ = ["DEFAULT_ROLLOUT_COMPRESSION", "ROLLOUT_STORE_OPTIONS", "CompressedDictRolloutBuffer",
            "CompressedRolloutBuffer"]
@@ -302,7 +302,7 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
     Parameters
     ----------
     dtypes, normalize_images, compression_kwargs, decompression_kwargs
-        sb3-extra-buffers' arguments (see :mod:`sb3_integration.interop.extra_buffers`);
+        sb3-extra-buffers' arguments (see :mod:`sb3_integration.buffers.extra_buffers`);
         ``dtypes`` is informational: observations are always stored losslessly in
         the space's dtype. sb3-extra-buffers' rollout buffers take no ``output_dtype``;
         neither do these.

@@ -18,20 +18,28 @@ as they are; learners sample uniformly over all shards through an SB3 buffer cla
 * :mod:`~sb3_integration.distributed.local` -- Ray on the loopback interface
 * :mod:`~sb3_integration.distributed.remote` -- calls to the actors: our errors as themselves, restarts retried
 * :mod:`~sb3_integration.distributed.options` -- options checked at the call
+* :mod:`~sb3_integration.distributed.errors` -- every error (base :class:`ReplayServiceError`) and
+  warning (base :class:`ReplayServiceWarning`) of the service
 
 Ray is imported only by the modules that need it (``pip install 'chunkstore-rl[distributed]'``).
 """
 
 from __future__ import annotations
 
-from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiter, RateLimiterTimeout
-from sb3_integration.distributed.remote import ServiceUnavailableError, ShardLostError
-from sb3_integration.distributed.shard_store import ShardStore, ShardStoreState, StoreSpec
-from sb3_integration.distributed.writer import (
-    ChunkWriter,
+from sb3_integration.distributed.errors import (
     DataLossWarning,
-    ReplayWriter,
+    LimiterClosed,
+    MissingMessagesError,
+    RateLimiterTimeout,
+    ReplayServiceError,
+    ReplayServiceWarning,
+    ServiceUnavailableError,
+    ShardLostError,
+    ShardUnavailableWarning,
 )
+from sb3_integration.distributed.rate_limiter import RateLimiter
+from sb3_integration.distributed.shard_store import ShardStore, ShardStoreState, StoreSpec
+from sb3_integration.distributed.writer import ChunkWriter, ReplayWriter
 
 __all__ = [
     "ChunkWriter",
@@ -39,10 +47,13 @@ __all__ = [
     "DistributedReplayBuffer",
     "GlobalSampler",
     "LimiterClosed",
+    "MissingMessagesError",
     "PrioritizedDistributedReplayBuffer",
     "RateLimiter",
     "RateLimiterTimeout",
     "ReplayService",
+    "ReplayServiceError",
+    "ReplayServiceWarning",
     "ReplayWriter",
     "ServiceUnavailableError",
     "ShardLostError",
@@ -55,7 +66,7 @@ __all__ = [
 
 
 def __getattr__(name: str):  # the Ray-backed classes load on first use
-    if name in ("DistributedReplayBuffer", "GlobalSampler", "ShardUnavailableWarning"):
+    if name in ("DistributedReplayBuffer", "GlobalSampler"):
         from sb3_integration.distributed import sampler
 
         return getattr(sampler, name)

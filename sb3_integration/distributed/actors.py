@@ -28,9 +28,10 @@ import numpy as np
 
 from chunkstore import Codec, get_codec
 from chunkstore.codecs import TrainableCodec
+from sb3_integration.distributed.errors import MissingMessagesError
 from sb3_integration.distributed.rate_limiter import RateLimiter
 from sb3_integration.distributed.shard_checkpoint import write_state
-from sb3_integration.distributed.shard_store import MissingMessagesError, ShardStore, StoreSpec
+from sb3_integration.distributed.shard_store import ShardStore, StoreSpec
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, SampleReply
 from sb3_integration.engine.stacking import StackLayout
 

@@ -31,15 +31,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from sb3_integration.distributed.errors import LimiterClosed, RateLimiterTimeout
+
 __all__ = ["LimiterClosed", "RateLimiter", "RateLimiterTimeout"]
-
-
-class RateLimiterTimeout(TimeoutError):
-    """A blocking insert or sample waited longer than its timeout."""
-
-
-class LimiterClosed(RuntimeError):
-    """The limiter (the replay service) was closed while a call waited or after."""
 
 
 @dataclass

@@ -17,21 +17,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterTimeout
-from sb3_integration.distributed.shard_store import MissingMessagesError
+from sb3_integration.distributed.errors import (
+    LimiterClosed,
+    MissingMessagesError,
+    RateLimiterTimeout,
+    ServiceUnavailableError,
+    ShardLostError,
+)
 
 __all__ = ["RETRY_S", "ServiceUnavailableError", "ShardLostError", "call", "get", "unwrap"]
 
 #: seconds a service call is retried while its actor restarts
 RETRY_S = 30.0
-
-
-class ServiceUnavailableError(RuntimeError):
-    """An actor of the replay service did not answer (gone, or still restarting after ``retry_s``)."""
-
-
-class ShardLostError(RuntimeError):
-    """A writer's shard did not come back within the writer's restart timeout."""
 
 
 #: the exceptions an actor raises that its callers get as themselves

@@ -47,7 +47,11 @@ from stable_baselines3.common.vec_env import VecNormalize
 from chunkstore import ChunkedArray, ChunkRef, Codec, Tier
 from sb3_integration.buffers.sb3_front import SB3ReplayFront
 from sb3_integration.distributed import options, remote
-from sb3_integration.distributed.rate_limiter import LimiterClosed, RateLimiterTimeout
+from sb3_integration.distributed.errors import (
+    LimiterClosed,
+    RateLimiterTimeout,
+    ShardUnavailableWarning,
+)
 from sb3_integration.distributed.service import ReplayService
 from sb3_integration.distributed.wire import SampleReply
 from sb3_integration.distributed.writer import ReplayWriter
@@ -63,10 +67,6 @@ __all__ = ["DECODE_DEFAULT", "DistributedReplayBuffer", "GlobalSampler", "ShardU
 DECODE_DEFAULT = "learner"
 #: a shard that failed is probed again after PROBE_FIRST_S, then at doubling intervals up to PROBE_MAX_S
 PROBE_FIRST_S, PROBE_MAX_S = 0.2, 2.0
-
-
-class ShardUnavailableWarning(RuntimeWarning):
-    """A shard failed a sample call; batches come from the other shards until it is back."""
 
 
 class GlobalSampler:

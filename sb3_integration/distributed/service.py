@@ -50,8 +50,8 @@ from chunkstore import Codec, get_codec
 from chunkstore.array import DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 from sb3_integration.distributed import options
 from sb3_integration.distributed.actors import NAMESPACE, Coordinator, ServiceConfig, Shard
-from sb3_integration.distributed.rate_limiter import LimiterClosed
-from sb3_integration.distributed.remote import ServiceUnavailableError, call, get
+from sb3_integration.distributed.errors import LimiterClosed, ServiceUnavailableError
+from sb3_integration.distributed.remote import call, get
 from sb3_integration.distributed.shard_store import StoreSpec
 from sb3_integration.engine.stacking import StackLayout
 

@@ -159,7 +159,7 @@ class ShardCheckpoints:
     inserted: int
     codec_version: int
     codec: Any
-    L: int
+    chunk_len: int
     layout: StackLayout | None
     frames: Any
     priorities: PriorityIndex | None
@@ -176,7 +176,8 @@ class ShardCheckpoints:
 
     def _geometry(self) -> tuple[Any, ...]:
         s = self.spec
-        return (self.capacity, self.L, list(s.obs_shape), s.obs_dtype.str, list(s.action_shape), s.action_dtype.str)
+        return (self.capacity, self.chunk_len, list(s.obs_shape), s.obs_dtype.str, list(s.action_shape),
+                s.action_dtype.str)
 
     # -- state out ----------------------------------------------------------------------
     def state_dict(self) -> ShardStoreState:
@@ -294,9 +295,10 @@ class ShardCheckpoints:
             raise ValueError("the slot and stream tables do not agree")
         if int((t["streams"][:, 3] - t["streams"][:, 2]).sum()) != len(t["stream_slots"]):
             raise ValueError("the streams' chunk counts do not match their slots")
-        if (state.layout is None) != (frames is None) or (frames is not None and frames.capacity != slots * self.L):
+        if (state.layout is None) != (frames is None) or (
+                frames is not None and frames.capacity != slots * self.chunk_len):
             raise ValueError(f"frames of {None if frames is None else frames.capacity} items do not "
-                             f"fit {slots} slots of {self.L}")
+                             f"fit {slots} slots of {self.chunk_len}")
         streams, ids = self._streams_from(t["streams"], t["stream_slots"])
         return {"rows": {k: state.rows[k] for k in _ROW_FIELDS}, **{k: int(c[k]) for k in
                 ("pos", "count", "horizon", "inserted", "codec_version")},

@@ -6,7 +6,7 @@ objects (sealed chunks of frames plus transition records) and stores the chunk b
 verbatim in one :class:`~chunkstore.ChunkedArray` used as a pool of chunk slots.
 
 Streams. Each ``(writer, env)`` is a stream of frames numbered 0, 1, 2, ...; its stream
-chunk ``j`` (frames ``j * L .. j * L + L - 1``) lives in some pool slot. A stream's live
+chunk ``j`` (frames ``j * chunk_len .. (j + 1) * chunk_len - 1``) lives in some pool slot. A stream's live
 chunks are the contiguous range ``[lo, hi)``; :class:`_Stream` maps them to slots, and
 ``slot_prev[slot]`` links each chunk to the slot of its stream's previous chunk, so
 the frames of a stack (which may start in an earlier chunk) are found from the slot of
@@ -59,6 +59,7 @@ import numpy as np
 
 from chunkstore import ChunkedArray, Codec
 from chunkstore.array import DEFAULT_CHUNK_LEN
+from sb3_integration.distributed.errors import MissingMessagesError
 from sb3_integration.distributed.options import number
 from sb3_integration.distributed.shard_checkpoint import (
     SHARD_FORMAT,
@@ -74,10 +75,6 @@ __all__ = ["SHARD_FORMAT", "MissingMessagesError", "ShardStore", "ShardStoreStat
 NONE = np.uint32(0xFFFFFFFF)  # a stack with no stored frame (all zeros)
 _GROWTH = 1.5
 _MIN_RING = 1024
-
-
-class MissingMessagesError(ValueError):
-    """A writer's message arrived before earlier ones (a shard restarted from an older checkpoint)."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +182,7 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
     def __init__(self, spec: StoreSpec, codec: Codec, codec_version: int, *, name: str = "shard") -> None:
         self.spec, self.name = spec, name
         self.codec, self.codec_version = codec, int(codec_version)
-        self.L = int(spec.chunk_len)
+        self.chunk_len = int(spec.chunk_len)
         self.capacity = int(spec.capacity)
         self.layout: StackLayout | None = None
         self.frames: ChunkedArray | None = None
@@ -267,9 +264,9 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
     # -- the pool of chunk slots -----------------------------------------------------
     def _make_frames(self, layout: StackLayout) -> None:
         self.layout = layout
-        slots = math.ceil(1.25 * self.ring / self.L) + 64  # grows with the ring (_alloc)
-        self.frames = ChunkedArray(slots * self.L, layout.frame_shape, self.spec.obs_dtype,
-                                   chunk_len=self.L, codec=self.codec, threads=self.spec.threads,
+        slots = math.ceil(1.25 * self.ring / self.chunk_len) + 64  # grows with the ring (_alloc)
+        self.frames = ChunkedArray(slots * self.chunk_len, layout.frame_shape, self.spec.obs_dtype,
+                                   chunk_len=self.chunk_len, codec=self.codec, threads=self.spec.threads,
                                    name=f"{self.name}.frames", max_open=1)
         self._grow_tables(slots)
 
@@ -289,7 +286,7 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
             old = arr.nchunks_total
             new = int(old * _GROWTH) + 1
             keep = arr.stored_chunks()
-            arr.remap(new * self.L, keep, keep)  # only the chunk table grows
+            arr.remap(new * self.chunk_len, keep, keep)  # only the chunk table grows
             self._grow_tables(new)
         return self._free.pop()
 
@@ -297,7 +294,7 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
         arr = self.frames
         assert arr is not None
         for s in slots.tolist():
-            arr.discard(s * self.L, (s + 1) * self.L)
+            arr.discard(s * self.chunk_len, (s + 1) * self.chunk_len)
             self.slot_stream[s], self.slot_chunk[s], self.slot_prev[s] = -1, -1, -1
             self._free.append(s)
 
@@ -376,21 +373,23 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
                 st.append(slot)
             arr.put_chunk_bytes(slot, data[a:b])
 
-    def _locate(self, sids: np.ndarray, g: np.ndarray, pad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slot, offset) of each stack's newest frame; ValueError for frames never sent."""
+    def _locate(self, sids: np.ndarray, frame_numbers: np.ndarray, pad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slot, offset) of each stack's newest frame, given by its number in its stream
+        (``frame_numbers``); ValueError for frames never sent."""
         assert self.layout is not None
-        k, L = self.layout.depth, self.L
-        slot = np.full(len(g), NONE, np.uint32)
-        off = np.zeros(len(g), np.uint16)
+        k, chunk_len = self.layout.depth, self.chunk_len
+        slot = np.full(len(frame_numbers), NONE, np.uint32)
+        off = np.zeros(len(frame_numbers), np.uint16)
         has = pad < k
         for sid in np.unique(sids[has]).tolist():
             st, m = self.streams[sid], has & (sids == sid)
-            newest, first = g[m] // L, (g[m] - (k - 1) + pad[m].astype(np.int64)) // L
+            numbers = frame_numbers[m]
+            newest, first = numbers // chunk_len, (numbers - (k - 1) + pad[m].astype(np.int64)) // chunk_len
             if first.min() < st.lo or newest.max() >= st.hi:
                 raise ValueError(f"{self.name}: writer {st.writer} env {st.env}: rows use frames "
                                  f"of chunks outside the stored {st.lo}..{st.hi - 1}")
             slot[m] = st.lookup(newest)
-            off[m] = g[m] % L
+            off[m] = numbers % chunk_len
         return slot, off
 
     def _write_rows(self, writer: int, recs: np.ndarray, stamp: int = -1) -> None:
@@ -400,10 +399,10 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
         if int(recs["pad_obs"].max()) > k or int(recs["pad_next"].max()) > k:
             raise ValueError(f"{self.name}: rows pad more frames than a stack of {k} has")
         sids = np.array([self._stream(writer, e) for e in recs["env"].tolist()], np.int32)
-        so, oo = self._locate(sids, recs["g_obs"], recs["pad_obs"])
-        sn, on = self._locate(sids, recs["g_next"], recs["pad_next"])
-        cols = {"stream": sids, "slot_obs": so, "off_obs": oo, "pad_obs": recs["pad_obs"],
-                "slot_next": sn, "off_next": on, "pad_next": recs["pad_next"],
+        slot_obs, off_obs = self._locate(sids, recs["g_obs"], recs["pad_obs"])
+        slot_next, off_next = self._locate(sids, recs["g_next"], recs["pad_next"])
+        cols = {"stream": sids, "slot_obs": slot_obs, "off_obs": off_obs, "pad_obs": recs["pad_obs"],
+                "slot_next": slot_next, "off_next": off_next, "pad_next": recs["pad_next"],
                 "actions": recs["action"], "rewards": recs["reward"], "dones": recs["done"],
                 "timeouts": recs["timeout"]}
         first = self.inserted if stamp < 0 else stamp  # a store used alone stamps rows itself
@@ -474,7 +473,7 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
         if not old.any():
             return
         assert self.layout is not None
-        k, L = self.layout.depth, self.L
+        k, chunk_len = self.layout.depth, self.chunk_len
         at, sids = at[old], sids[old]
         slot = np.where(r["slot_obs"][at] != NONE, r["slot_obs"][at], r["slot_next"][at])
         off = np.where(r["slot_obs"][at] != NONE, r["off_obs"][at], r["off_next"][at])
@@ -485,8 +484,9 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
             s = slot[m]
             if (s != NONE).any():
                 s_ok, o_ok = s[s != NONE].astype(np.int64), off[m][s != NONE].astype(np.int64)
-                bound = int((self.slot_chunk[s_ok] * L + o_ok).max()) - (k - 1)  # first frame of the newest evicted stack
-                self._release(st.pop_before(max(bound, 0) // L))
+                # the first frame of the newest evicted stack
+                bound = int((self.slot_chunk[s_ok] * chunk_len + o_ok).max()) - (k - 1)
+                self._release(st.pop_before(max(bound, 0) // chunk_len))
             if st.closed and st.live_rows == 0:
                 self._release(st.pop_before(st.hi))
         r["stream"][at] = -1
@@ -505,19 +505,19 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
     def _stack_ids(self, slot: np.ndarray, off: np.ndarray, pad: np.ndarray) -> np.ndarray:
         """Pool item ids ``(n, depth)`` of stacks given by their newest frame's slot; -1 = zeros."""
         assert self.layout is not None
-        k, L = self.layout.depth, self.L
+        k, chunk_len = self.layout.depth, self.chunk_len
         valid = slot != NONE
         base = np.where(valid, slot, 0).astype(np.int64)
         off = off.astype(np.int64)
         ids = np.empty((len(slot), k), np.int64)
         for j in range(k):
             pos = off - (k - 1 - j)
-            hops = np.where(j >= pad, np.maximum(0, -(pos // L)), 0)
+            hops = np.where(j >= pad, np.maximum(0, -(pos // chunk_len)), 0)
             cur = base.copy()
             for h in range(int(hops.max()) if len(hops) else 0):
                 m = hops > h
                 cur[m] = self.slot_prev[cur[m]]
-            ids[:, j] = cur * L + pos + hops * L
+            ids[:, j] = cur * chunk_len + pos + hops * chunk_len
         ids[(np.arange(k)[None, :] < pad[:, None]) | ~valid[:, None]] = -1
         return ids
 
@@ -553,12 +553,13 @@ class ShardStore(ShardPriorities, ShardCheckpoints):
 
     def _compressed(self, reply: SampleReply, ids: np.ndarray) -> SampleReply:
         assert self.frames is not None
-        L = self.L
-        used = ids[ids >= 0] // L
+        chunk_len = self.chunk_len
+        used = ids[ids >= 0] // chunk_len
         uniq = np.unique(used)
         local = np.full(ids.shape, -1, np.int32)
         ok = ids >= 0
-        local[ok] = (np.searchsorted(uniq, ids[ok] // L) * L + ids[ok] % L).astype(np.int32)
+        chunk_of, offset = ids[ok] // chunk_len, ids[ok] % chunk_len
+        local[ok] = (np.searchsorted(uniq, chunk_of) * chunk_len + offset).astype(np.int32)
         views = list(self.frames.iter_chunk_bytes(uniq))
         reply.frame_ids = local
         reply.chunk_nbytes = np.fromiter((v.nbytes for v in views), np.uint32, len(views))

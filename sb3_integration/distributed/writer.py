@@ -30,7 +30,7 @@ from chunkstore.array import DEFAULT_CHUNK_LEN, should_train, trained_codec, wan
 from chunkstore.codecs import TrainableCodec
 from sb3_integration.buffers.observations import coerce_obs
 from sb3_integration.distributed import options, remote
-from sb3_integration.distributed.remote import ShardLostError
+from sb3_integration.distributed.errors import DataLossWarning, ShardLostError
 from sb3_integration.distributed.service import ReplayService
 from sb3_integration.distributed.wire import InsertAck, InsertMessage, pack_rows, row_dtype
 from sb3_integration.engine.frames import NEXT, OBS, FrameStore
@@ -41,10 +41,6 @@ __all__ = ["ChunkWriter", "DataLossWarning", "ReplayWriter", "ShardLostError"]
 #: every this many messages, a writer with the shared dictionary checks that it beats plain zstd
 #: on its own frames (a service shared by games keeps the first trainer's dictionary)
 RECHECK_EVERY = 64
-
-
-class DataLossWarning(RuntimeWarning):
-    """Transitions a writer had sent were lost (a shard restarted without them)."""
 
 
 class ChunkWriter:

@@ -27,6 +27,7 @@ class FrameStoreAPI(Protocol):
     dtype: np.dtype
     name: str
     device: Any  # the torch device the frames live on (None: host memory)
+    cache: Any  # the decoded-chunk cache it holds (what share_cache set; 0: none)
 
     def put(self, which: int, row: int, x: np.ndarray, attempt: Any = None) -> None: ...
 

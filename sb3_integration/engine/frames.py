@@ -348,8 +348,8 @@ class FrameStore(FrameWrites):
         ``which``, ``rows`` and ``envs`` broadcast together (int64, in range)
         (:func:`sb3_integration.engine.frame_ids.stack_frame_ids`).
         """
-        lay = self.ensure_layout()
-        return stack_frame_ids(self, which, rows, envs, lay.depth, self.ring_frames)
+        layout = self.ensure_layout()
+        return stack_frame_ids(self, which, rows, envs, layout.depth, self.ring_frames)
 
     def newest_frames(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The global frame number of each stack's newest frame in its env's stream, and its padding.
@@ -360,10 +360,10 @@ class FrameStore(FrameWrites):
         """
         ids = self.frame_ids(which, rows, envs)
         envs = np.asarray(envs, np.int64)
-        F, heads = self.ring_frames, self.heads[envs]
-        local = ids[:, -1] - envs * F  # position in the env's ring (an all-padding stack: meaningless)
-        g = heads - 1 - ((heads - 1 - local) % F)
-        return g, (ids < 0).sum(axis=1)
+        ring_frames, heads = self.ring_frames, self.heads[envs]
+        local = ids[:, -1] - envs * ring_frames  # position in the env's ring (an all-padding stack: meaningless)
+        newest = heads - 1 - ((heads - 1 - local) % ring_frames)
+        return newest, (ids < 0).sum(axis=1)
 
     def gather(self, requests: Sequence[tuple[Any, np.ndarray]], envs: np.ndarray) -> list[Any]:
         """Read several index sets in one pass over the chunks.
@@ -456,16 +456,16 @@ class FrameStore(FrameWrites):
     def info(self) -> dict[str, Any]:
         if self.frames is not None and self.frames.device is not None:
             return device_info(self, self.frames)
-        lay, arr = self.layout, (self.frames.info() if self.frames is not None else None)
+        layout, arr = self.layout, (self.frames.info() if self.frames is not None else None)
         return {
             "name": self.name,
             "obs_shape": self.obs_shape,
             "dtype": str(self.dtype),
-            "layout": lay.describe() if lay else "undetected",
-            "stack_axis": lay.axis if lay else None,
-            "frame_width": lay.width if lay else None,
-            "depth": lay.depth if lay else None,
-            "ring_frames": self.ring_frames if lay else None,
+            "layout": layout.describe() if layout else "undetected",
+            "stack_axis": layout.axis if layout else None,
+            "frame_width": layout.width if layout else None,
+            "depth": layout.depth if layout else None,
+            "ring_frames": self.ring_frames if layout else None,
             "frames_written": self.frames_written,
             "frames_cbytes": arr["cbytes"] if arr else 0,
             "sealed_chunks": arr["nchunks"] if arr else 0,
@@ -540,7 +540,7 @@ class FrameStore(FrameWrites):
         frames = self._state_frames(state.frames, state.layout)
         new = {
             "slots": state.slots, "deltas": state.deltas, "pads": state.pads,
-            "far": {(int(w), int(r), int(e)): int(g) for w, r, e, g in state.far.tolist()},
+            "far": {(int(which), int(row), int(env)): int(number) for which, row, env, number in state.far.tolist()},
             "heads": state.heads, "released": state.released, "last_slot": state.last_slot,
             "last_pad": state.last_pad, "has_last": state.has_last, "used": [bool(u) for u in state.used],
             "_pending": list(state.pending), "layout": state.layout, "_undo": None,

@@ -6,7 +6,7 @@ Migrating is one import line::
     from sb3_integration import CompressedReplayBuffer, find_buffer_dtypes
 
 Every buffer takes sb3-extra-buffers' constructor arguments, translated by one
-function (:mod:`sb3_integration.interop.extra_buffers`); the buffer classes themselves are
+function (:mod:`sb3_integration.buffers.extra_buffers`); the buffer classes themselves are
 defined once, in :mod:`sb3_integration.buffers.replay` and :mod:`sb3_integration.buffers.rollout`
 (they are re-exported here, so imports and pickles that name
 ``sb3_integration.interop.compat.CompressedReplayBuffer`` keep working).
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from sb3_integration.buffers.extra_buffers import CodecFallbackWarning, resolve_compression_method
 from sb3_integration.buffers.options import check_positive_or_none
 from sb3_integration.buffers.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
 from sb3_integration.buffers.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
-from sb3_integration.interop.extra_buffers import CodecFallbackWarning, resolve_compression_method
 
 __all__ = [
     "CodecFallbackWarning",

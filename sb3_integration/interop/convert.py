@@ -31,7 +31,7 @@ from sb3_integration.buffers.replay import (
     CompressedNStepReplayBuffer,
     CompressedReplayBuffer,
 )
-from sb3_integration.interop.sources import check_source, convert_into, is_sb3eb, unpickle
+from sb3_integration.buffers.sources import check_source, convert_into, is_sb3eb, unpickle
 
 __all__ = ["from_sb3_extra_buffers", "load_replay_buffer"]
 

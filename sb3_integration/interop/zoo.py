@@ -37,7 +37,21 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import sb3_integration
+from sb3_integration.algorithms.per_dqn import PrioritizedDQN
+from sb3_integration.algorithms.per_qrdqn import PrioritizedQRDQN
+from sb3_integration.buffers.her import CompressedHerReplayBuffer
+from sb3_integration.buffers.prioritized import (
+    CompressedPrioritizedDictReplayBuffer,
+    CompressedPrioritizedNStepReplayBuffer,
+    CompressedPrioritizedReplayBuffer,
+)
+from sb3_integration.buffers.replay import (
+    CompressedDictReplayBuffer,
+    CompressedNStepReplayBuffer,
+    CompressedReplayBuffer,
+)
+from sb3_integration.buffers.rollout import CompressedDictRolloutBuffer, CompressedRolloutBuffer
+from sb3_integration.interop.compat import GpuReplayBuffer, GpuRolloutBuffer
 
 __all__ = ["ALGOS", "NAMES", "SEARCH_AS", "main", "register"]
 
@@ -58,6 +72,12 @@ NAMES = (
 
 #: the algorithms added to ``rl_zoo3.utils.ALGOS`` (key: the ``--algo`` name)
 ALGOS = {"per_dqn": "PrioritizedDQN", "per_qrdqn": "PrioritizedQRDQN"}
+#: each class of NAMES and ALGOS, by name (imported from its home, not through the package's front door)
+_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
+    CompressedReplayBuffer, CompressedDictReplayBuffer, CompressedNStepReplayBuffer, CompressedHerReplayBuffer,
+    CompressedPrioritizedReplayBuffer, CompressedPrioritizedDictReplayBuffer,
+    CompressedPrioritizedNStepReplayBuffer, CompressedRolloutBuffer, CompressedDictRolloutBuffer,
+    GpuReplayBuffer, GpuRolloutBuffer, PrioritizedDQN, PrioritizedQRDQN)}
 #: the rl-zoo3 algorithm whose hyperparameter search (``-optimize``) each one reuses
 SEARCH_AS = {"per_dqn": "dqn", "per_qrdqn": "qrdqn"}
 
@@ -80,7 +100,7 @@ def register(namespace: Any = None, algos: Any = None) -> None:
         except ImportError as e:
             raise ImportError("sb3_integration.zoo is an rl-zoo3 plugin; pip install 'chunkstore-rl[zoo]'") from e
     for name in NAMES:
-        obj = getattr(sb3_integration, name)
+        obj = _CLASSES[name]
         existing = getattr(namespace, name, obj)
         if existing is not obj:
             raise ValueError(f"{namespace.__name__}.{name} is already {existing!r}; not replacing it")
@@ -91,7 +111,7 @@ def register(namespace: Any = None, algos: Any = None) -> None:
 
         algos = rl_zoo3.utils.ALGOS
     for key, name in ALGOS.items():
-        cls = getattr(sb3_integration, name)
+        cls = _CLASSES[name]
         existing = algos.get(key, cls)
         if existing is not cls:
             raise ValueError(f"rl-zoo3's ALGOS[{key!r}] is already {existing!r}; not replacing it")

@@ -51,7 +51,7 @@ def _is_image(space: spaces.Space) -> bool:
 
 def fill_replay_buffer(store: Any, buffer_size: int | None, n_stack: int, device: Any,
                        kwargs: dict[str, Any]) -> Any:
-    from sb3_integration import CompressedDictReplayBuffer, CompressedReplayBuffer
+    from sb3_integration.buffers.replay import CompressedDictReplayBuffer, CompressedReplayBuffer
 
     if not is_int(n_stack, minimum=1):
         raise ValueError(f"n_stack must be an int >= 1, got {n_stack!r}")

@@ -1,7 +1,8 @@
 """Save a compressed replay buffer to one HDF5 file and load it back, bit-exactly.
 
-``files``: the file format (:class:`ReplayState` written and read) and the buffers' ``save`` /
-``load`` / ``state_dict`` / ``from_state_dict`` (:class:`ReplayFiles`); ``spaces``: gymnasium spaces
+``files``: the file format (:class:`ReplayState` written and read; the buffers' ``save`` / ``load`` /
+``state_dict`` / ``from_state_dict`` over it are :mod:`sb3_integration.buffers.files`, a layer up);
+``priorities``: a prioritized buffer's saved priorities checked and rebuilt; ``spaces``: gymnasium spaces
 as plain data for a file; ``_load_checks``: what a loaded file must satisfy. The names of ``files``
 are re-exported here (``sb3_integration.persistence`` was one module before 0.2).
 """

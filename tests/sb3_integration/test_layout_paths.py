@@ -33,8 +33,10 @@ OLD_PATHS = {
     "device_stacks": "engine.device_stacks", "replay": "buffers.replay", "rollout": "buffers.rollout",
     "her": "buffers.her", "prioritized": "buffers.prioritized", "columns": "buffers.columns",
     "sb3_ops": "buffers.sb3_checks", "spaces": "persistence.spaces", "persistence": "persistence.files",
-    "extra_buffers": "interop.extra_buffers", "compat": "interop.compat", "convert": "interop.convert",
+    "extra_buffers": "buffers.extra_buffers", "compat": "interop.compat", "convert": "interop.convert",
     "zoo": "interop.zoo", "per_dqn": "algorithms.per_dqn", "per_qrdqn": "algorithms.per_qrdqn",
+    # 0.3: below the buffer classes, which read them (tests/test_layers.py)
+    "interop.extra_buffers": "buffers.extra_buffers", "interop.sources": "buffers.sources",
 }
 
 
@@ -115,6 +117,16 @@ def test_the_old_zoo_path_gives_the_same_objects():
     done = subprocess.run([sys.executable, "-c", "import test_layout_paths as t; t._same_objects('zoo')"],
                           cwd=Path(__file__).parent, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_interop_paths_of_0_2_warn_and_name_the_new_home():
+    with pytest.warns(DeprecationWarning, match="import CodecFallbackWarning from sb3_integration.buffers.extra_buffers"):
+        from sb3_integration.interop.extra_buffers import CodecFallbackWarning
+    assert CodecFallbackWarning is sb3_integration.CodecFallbackWarning
+    with pytest.warns(DeprecationWarning, match="import convert_into from sb3_integration.buffers.sources"):
+        from sb3_integration.interop.sources import convert_into
+    from sb3_integration.buffers import sources
+    assert convert_into is sources.convert_into
 
 
 def test_the_old_common_module_keeps_its_names():

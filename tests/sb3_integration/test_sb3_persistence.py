@@ -231,7 +231,7 @@ def test_saved_state_covers_every_attribute():
                     # and whether a sample is SB3's code alone (rebuilt with the views)
                     "_storage", "_undecided", "_lean",
                     *SMALL_ARRAYS}
-    # sb3-extra-buffers' options (sb3_integration.interop.extra_buffers): saved as constructor arguments, or rebuilt
+    # sb3-extra-buffers' options (sb3_integration.buffers.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
               "version"}
     for cls, space, kw in [(CompressedReplayBuffer, IMG, {}), (CompressedDictReplayBuffer, DICT, {}),
