@@ -6,9 +6,10 @@
 What runs (a local Ray instance on the loopback interface):
 
 * a prioritized replay service (``ReplayService.create(..., alpha=--alpha)``): ``--shards``
-  shard actors holding compressed chunks and each transition's priority, a coordinator with a sample-to-insert rate limiter (the learner may sample
-  ``--samples-per-insert`` transitions per inserted one, within an error band, and
-  waits for ``--learning-starts`` transitions first);
+  shard actors holding compressed chunks and each transition's priority, a coordinator
+  with a sample-to-insert rate limiter (the learner may sample ``--samples-per-insert``
+  transitions per inserted one, within an error band, and waits for
+  ``--learning-starts`` transitions first);
 * ``--runners`` env-runner actors, each with its own Pong env, a copy of the policy
   (weights pulled from a small weight-store actor every ``--sync-every`` steps) and
   Ape-X's per-runner exploration (epsilon_i = 0.4 ** (1 + 7 i / (N - 1))). Each runner
@@ -18,8 +19,9 @@ What runs (a local Ray instance on the loopback interface):
 * a ``PrioritizedDQN`` learner in this process, with ``PrioritizedDistributedReplayBuffer``
   as its ``replay_buffer_class``: every gradient step samples a batch over all shards in
   proportion to the priorities, weights its loss by the importance weights and sends
-  ``|TD error|`` back to the shards (asynchronously). The target network is copied every ``--target-every`` updates, and the
-  weights are published every ``--publish-every`` updates.
+  ``|TD error|`` back to the shards (asynchronously). The target network is copied every
+  ``--target-every`` updates, and the weights are published every ``--publish-every``
+  updates.
 
 At the end it prints what went through the service (transitions, bytes on the wire and
 stored per transition against SB3's raw bytes, samples drawn, the runners' episode
@@ -154,7 +156,8 @@ def train(model: Any, runs: list[Any], weights: Any, args: argparse.Namespace) -
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runners", type=int, default=2)
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--steps", type=int, default=12_000, help="env steps in all (split over the runners)")

@@ -76,7 +76,8 @@ def main() -> None:
                 info, rss = tier.info(), proc.memory_info().rss - rss0
                 peak = max(peak, rss)
                 print(f"{t + 1:>12,} {mb(buf.nbytes_stored):>9} {mb(info['ram_nbytes']):>8} "
-                      f"{mb(info['disk_nbytes']):>9} {mb(rss):>11}   {(t + 1) * 2 * space.shape[0] * SIDE * SIDE / 1e9:,.1f} GB")
+                      f"{mb(info['disk_nbytes']):>9} {mb(rss):>11}   "
+                      f"{(t + 1) * 2 * space.shape[0] * SIDE * SIDE / 1e9:,.1f} GB")
         fill_s = time.perf_counter() - t0
 
         rng = np.random.default_rng(1)

@@ -60,7 +60,8 @@ def one_import_line(args: argparse.Namespace) -> None:
     buf = model.replay_buffer
     n = buf.size()
     print(f"1. sb3-extra-buffers' recipe, import line changed: {n:,} transitions of {obs.shape} in "
-          f"{buf.nbytes_stored / 1e6:.2f} MB ({buf.nbytes_stored / n:,.0f} B/transition, codec {buf.compression_method})")
+          f"{buf.nbytes_stored / 1e6:.2f} MB ({buf.nbytes_stored / n:,.0f} B/transition, "
+          f"codec {buf.compression_method})")
 
 
 def convert_a_pickle(args: argparse.Namespace) -> None:

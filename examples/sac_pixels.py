@@ -51,7 +51,8 @@ def main() -> None:
     print(f"SAC CnnPolicy on PixelPendulum {buf.observation_space.shape}, {args.steps} steps: {t_ours:.1f} s")
     print(f"  transitions stored      {n:,}")
     print(f"  SB3 would hold          {raw / 1e6:,.1f} MB (obs + next_obs; {buf.nbytes_raw / 1e9:,.2f} GB allocated)")
-    print(f"  chunkstore holds        {buf.nbytes_stored / 1e6:,.2f} MB ({buf.nbytes_stored / max(n, 1):,.0f} B/transition)")
+    print(f"  chunkstore holds        {buf.nbytes_stored / 1e6:,.2f} MB "
+          f"({buf.nbytes_stored / max(n, 1):,.0f} B/transition)")
     if args.compare:
         ref, t_ref = train(ReplayBuffer, args)
         same = all(th.equal(a, b) for a, b in zip(ref.policy.state_dict().values(),

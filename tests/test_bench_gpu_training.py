@@ -25,7 +25,8 @@ def test_bench_gpu_training_runs_every_arm_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     rows = data["rows"]
-    assert [(r["scenario"], r["arm"]) for r in rows] == [("dqn-Pong-32", a) for a in ("sb3", "ours-host", "ours-device")]
+    assert ([(r["scenario"], r["arm"]) for r in rows]
+            == [("dqn-Pong-32", a) for a in ("sb3", "ours-host", "ours-device")])
     assert data["config"]["buffer_device"] == "cpu" and data["config"]["card"] == "cpu"
     assert all(r["rounds"] == 1 and r["steps_per_s"] > 0 and not r["errors"] for r in rows)
     assert all(r["gpu_max_mb"] == "n/a" and r["rss_peak_mb"] > 0 and r["buffer_mb"] > 0 for r in rows)

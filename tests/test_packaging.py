@@ -120,8 +120,9 @@ def project_copy(folder: Path, pyproject: str) -> Path:
 
 
 def pip_dry_run(project: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--disable-pip-version-check",
-                           "-q", "-e", str(project)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps",
+                           "--disable-pip-version-check", "-q", "-e", str(project)],
+                          capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"pip could not prepare the metadata (is the network reachable?):\n{output[-3000:]}"
     return output

@@ -135,8 +135,8 @@ from sb3_integration import CompressedReplayBuffer
 print("chunkstore", chunkstore.__file__, "sb3_integration", sb3_integration.__file__)
 print("version", importlib.metadata.version("chunkstore-rl"), chunkstore.__version__)
 rng = np.random.default_rng(0)
-buf = CompressedReplayBuffer(64, spaces.Box(0, 255, (4, 24, 20), np.uint8), spaces.Discrete(3), observation_storage="compressed",
-                             device="cpu", chunk_len=4)
+buf = CompressedReplayBuffer(64, spaces.Box(0, 255, (4, 24, 20), np.uint8), spaces.Discrete(3),
+                             observation_storage="compressed", device="cpu", chunk_len=4)
 obs = rng.integers(0, 255, (1, 4, 24, 20), dtype=np.uint8)
 for t in range(40):
     nxt = np.concatenate([obs[:, 1:], rng.integers(0, 255, (1, 1, 24, 20), dtype=np.uint8)], axis=1)

@@ -127,7 +127,8 @@ def _check_exact(buf: Any, tr: Any, n_adds: int, rng: np.random.Generator) -> di
     return {
         "obs_exact": bool(np.array_equal(obs, tr.obs[src, 0])),
         "next_obs_exact": bool(np.array_equal(nxt, tr.next_obs[src, 0])),
-        "next_obs_mismatches": int(sum(not np.array_equal(a, b) for a, b in zip(nxt, tr.next_obs[src, 0], strict=True))),
+        "next_obs_mismatches": int(sum(not np.array_equal(a, b)
+                                       for a, b in zip(nxt, tr.next_obs[src, 0], strict=True))),
     }
 
 
@@ -480,14 +481,16 @@ def render(rows: list[dict[str, Any]], roll: list[dict[str, Any]], summary: list
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--games", nargs="+", default=["MsPacman", "Pong"])
     p.add_argument("--capacity", type=int, default=100_000)
     p.add_argument("--collect-steps", type=int, default=20_000, help="real transitions collected, then cycled")
     p.add_argument("--only", nargs="+", default=["sb3", "sb3eb", "ours"], choices=["sb3", "sb3eb", "ours"])
     p.add_argument("--sb3eb", nargs="+", default=SB3EB_METHODS, help="sb3-extra-buffers compression methods")
     p.add_argument("--ours", nargs="+", default=OURS_DEFAULT,
-                   help='our configs: "default" or comma-separated kwargs, e.g. "compression_method=lz4-block,chunk_len=16"')
+                   help='our configs: "default" or comma-separated kwargs, e.g. '
+                        '"compression_method=lz4-block,chunk_len=16"')
     p.add_argument("--samples", type=int, default=100, help="sample(256) calls timed (median)")
     p.add_argument("--no-pickle", action="store_true", help="skip the pickle save/load measurement")
     p.add_argument("--no-rollout", action="store_true")

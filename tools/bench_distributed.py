@@ -349,7 +349,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         tl, rb = (None, None) if args.skip_torchrl else torchrl_arm(data, n)
         sampling = {}
         for batch in (32, 256):
-            arms = {"local": lambda b=batch: local.sample(b), "service, learner decodes": lambda b=batch: learner.sample(b),
+            arms = {"local": lambda b=batch: local.sample(b),
+                    "service, learner decodes": lambda b=batch: learner.sample(b),
                     "service, shard decodes": lambda b=batch: shard.sample(b),
                     "service, learner decodes, prefetch": lambda b=batch: ahead.sample(b),
                     "service, prefetch, 10 ms of compute between samples": lambda b=batch: sample_after_work(ahead, b)}
@@ -411,7 +412,8 @@ def render(p: dict[str, Any]) -> str:
     lines = [f"## Replay service on Ray: real MsPacman, {p['transitions']:,} transitions, one shard\n",
              "Bytes per transition (observations and everything else a transition carries):\n",
              md_table([{"what": "raw (SB3 obs + next_obs)", "bytes": p["raw_bytes_per_transition"]},
-                       {"what": "on the wire, writer -> shard (pickled messages)", "bytes": p["wire_bytes_per_transition"]},
+                       {"what": "on the wire, writer -> shard (pickled messages)",
+                        "bytes": p["wire_bytes_per_transition"]},
                        {"what": "stored on the shard", "bytes": p["stored_bytes_per_transition"]},
                        {"what": "TorchRL RayReplayBuffer on the wire (pickled TensorDicts)",
                         "bytes": p.get("torchrl_wire_bytes_per_transition")}], ["what", "bytes"]),

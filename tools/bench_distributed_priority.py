@@ -14,8 +14,8 @@ initial priorities). Arms, interleaved in blocks in this process (the learner):
 * ``prioritized + update``: the same and ``update_priorities(256)`` (sent without waiting).
 
 Reported: median ms per call and the median of per-block ratios to ``uniform``; the
-updates the shards applied and dropped; each shard's priority mass. Timings on this shared 2-core machine vary between runs;
-compare the ratios.
+updates the shards applied and dropped; each shard's priority mass. Timings on this shared
+2-core machine vary between runs; compare the ratios.
 """
 
 from __future__ import annotations

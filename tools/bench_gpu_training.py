@@ -22,7 +22,8 @@ training must end with SB3's parameters bit for bit; the table says whether it d
 Reported per arm: steps/s (training phase), ratio to SB3, peak device memory
 (``torch.cuda.max_memory_allocated``; ``n/a`` off CUDA), host RSS at the end and its peak, the
 buffer's bytes (SB3: its arrays' ``nbytes``; ours: ``nbytes_held`` + ``device_nbytes``, the
-device part beside it), bytes per stored transition (SB3: per slot) and their ratio to SB3's, and whether the parameters equal SB3's.
+device part beside it), bytes per stored transition (SB3: per slot) and their ratio to SB3's,
+and whether the parameters equal SB3's.
 
 On a machine without a GPU ``--device cpu`` runs the same arms (``ours-device`` then has
 ``buffer_device="cpu"``: the device code path, on the cpu); tests run it so at a tiny size.

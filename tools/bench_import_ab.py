@@ -137,9 +137,9 @@ def main() -> None:
         dirty = subprocess.run(["git", "-C", t, "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True).stdout.strip()
         commits[t] = head + (" (modified)" if dirty else "")
-    res = {"trees": trees, "commits": commits, "capacity": args.capacity, "copies": args.copies, "real_steps_cycled": args.steps,
-           "policy": "uniformly random", "made": made, "summary": summary, "runs": runs,
-           "loadavg_1m": [x["loadavg_1m"] for x in runs]}
+    res = {"trees": trees, "commits": commits, "capacity": args.capacity, "copies": args.copies,
+           "real_steps_cycled": args.steps, "policy": "uniformly random", "made": made, "summary": summary,
+           "runs": runs, "loadavg_1m": [x["loadavg_1m"] for x in runs]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2))
     print("| input | " + " | ".join(f"{Path(t).name} rows/s" for t in trees) + " | ratio to the first |")

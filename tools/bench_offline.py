@@ -2,10 +2,11 @@
 
     python tools/bench_offline.py --out results/bench_offline.json
 
-1. Real Atari frames (``--game``, default Pong) (ale-py through SB3's AtariWrapper, uniformly random policy), cycled into one
-   dopamine checkpoint of ``--capacity`` transitions written exactly as dopamine writes them
-   (``tools/dopamine_ckpt.py``; gzip level 1 here, dopamine uses 9: same format); the same files
-   stand in for ``--copies`` checkpoints (hard links under other suffixes).
+1. Real Atari frames (``--game``, default Pong) (ale-py through SB3's AtariWrapper, uniformly
+   random policy), cycled into one dopamine checkpoint of ``--capacity`` transitions written
+   exactly as dopamine writes them (``tools/dopamine_ckpt.py``; gzip level 1 here, dopamine
+   uses 9: same format); the same files stand in for ``--copies`` checkpoints (hard links
+   under other suffixes).
 2. ``import_dqn_replay`` in a fresh process: transitions/s, its peak RSS, file bytes per transition.
 3. In a fresh process: lazy load time, RSS after ``--lazy-samples`` sample(256) calls from the lazily
    loaded file alone, then sample(32) / sample(256) from the lazily loaded file

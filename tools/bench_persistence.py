@@ -512,7 +512,8 @@ def render(save_rows: list[dict[str, Any]], huge_rows: list[dict[str, Any]], arg
             [("transitions", "transitions"), ("label", "buffer"), ("file_mb", "file MB"), ("save_s", "save s"),
              ("save_ratio", "save / format 2"),
              ("load_s", "load s (lazy for ours)"), ("load_ram_s", "load into RAM s"),
-             ("file_vs_ram", "file / in-RAM obs"), ("file_vs_ram_all", "file / in-RAM obs + other arrays"), ("first_sample_lazy_ms", "first sample after lazy load ms"),
+             ("file_vs_ram", "file / in-RAM obs"), ("file_vs_ram_all", "file / in-RAM obs + other arrays"),
+             ("first_sample_lazy_ms", "first sample after lazy load ms"),
              ("exact_after_load", "exact (pickle)"), ("exact_lazy", "exact (lazy)"), ("exact_ram", "exact (RAM)")])]
         if ours:
             parts.append("\nTargets: " + "; ".join(
@@ -554,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sb3eb", nargs="+", default=["zstd3"], help="sb3-extra-buffers methods")
     p.add_argument("--baseline-max", type=int, default=100_000,
                    help="largest size for the pickle baselines (SB3 needs 56 GB at 1M)")
-    p.add_argument("--ours-options", type=json.loads, default={}, help='JSON kwargs for our buffer, e.g. \'{"chunk_len": 64}\'')
+    p.add_argument("--ours-options", type=json.loads, default={},
+                   help='JSON kwargs for our buffer, e.g. \'{"chunk_len": 64}\'')
     p.add_argument("--formats", nargs="+", type=int, default=[3, 2], help="file formats our rows save in")
     p.add_argument("--repeats", type=int, default=3, help="saves and lazy loads per row (median reported)")
     p.add_argument("--layout-sizes", nargs="+", type=int, default=[1_000_000], help="frames of the layout rows")

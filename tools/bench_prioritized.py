@@ -91,7 +91,8 @@ def _index_arm(cfg: dict[str, Any]) -> dict[str, Any]:
     traced = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     held = rss() - before
-    out: dict[str, Any] = {"rss_per_slot": held / cap, "traced_per_slot": traced / cap, "nbytes_per_slot": ix.nbytes / cap}
+    out: dict[str, Any] = {"rss_per_slot": held / cap, "traced_per_slot": traced / cap,
+                           "nbytes_per_slot": ix.nbytes / cap}
     for k in BATCHES:
         new = rng.random(k) * 10
 
@@ -153,8 +154,8 @@ def _cpprb_index_arm(cfg: dict[str, Any]) -> dict[str, Any]:
         hi = min(cap, lo + (1 << 20))
         rb.add(x=np.zeros(hi - lo, np.uint8), priorities=rng.random(hi - lo) * 10)
     held = rss() - before
-    out: dict[str, Any] = {"rss_per_slot": held / cap, "version": cpprb.__version__ if hasattr(cpprb, "__version__") else
-                           _dist_version("cpprb")}
+    out: dict[str, Any] = {"rss_per_slot": held / cap,
+                           "version": cpprb.__version__ if hasattr(cpprb, "__version__") else _dist_version("cpprb")}
     for k in BATCHES:
         new = rng.random(k) * 10
 
@@ -337,8 +338,9 @@ def _chi_text(c: dict[str, Any] | None) -> str:
             "(exact: at most 2)")
 
 
-ARMS = {"index": _index_arm, "cpprb_index": _cpprb_index_arm, "torch_index": _torch_index_arm, "ours_prioritized": _ours_atari_arm,
-        "ours_uniform": _ours_atari_arm, "cpprb_atari": _cpprb_atari_arm, "torchrl": _torchrl_arm}
+ARMS = {"index": _index_arm, "cpprb_index": _cpprb_index_arm, "torch_index": _torch_index_arm,
+        "ours_prioritized": _ours_atari_arm, "ours_uniform": _ours_atari_arm, "cpprb_atari": _cpprb_atari_arm,
+        "torchrl": _torchrl_arm}
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:

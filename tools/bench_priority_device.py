@@ -1,6 +1,7 @@
 """The priority index on a GPU: the host index (numba) against the device index (torch ops) there.
 
-    python tools/bench_priority_device.py [--capacities 1000000 10000000] [--reps 200] [--out results/bench_priority_device.json]
+    python tools/bench_priority_device.py [--capacities 1000000 10000000] [--reps 200] \\
+        [--out results/bench_priority_device.json]
 
 The prioritized buffers keep the host index (``chunkstore.priority.PriorityIndex``); a device
 index (``chunkstore.priority.torch_index.TorchPriorityIndex``) runs the same steps in torch ops.

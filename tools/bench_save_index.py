@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             n = max(1, int(arr.nchunks_total * frac))
             for c in range(n):
                 arr.put_chunk_bytes(c, enc)
-            got: dict[str, dict[str, list[float]]] = {a: {"save": [], "load": [], "bytes": []} for a in ("before", "after")}
+            got: dict[str, dict[str, list[float]]] = {a: {"save": [], "load": [], "bytes": []}
+                                                      for a in ("before", "after")}
             for _ in range(args.rounds):
                 for arm in ("before", "after"):
                     h5py.Group.create_dataset = fixed_shape if arm == "before" else plain  # type: ignore[method-assign]

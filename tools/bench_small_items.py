@@ -4,10 +4,11 @@ SAC, TD3 and DQN default to ``buffer_size=1_000_000``; on a vector env (Pendulum
 float32 observations, a 1-dim float action) a batch is a few KB. This fills SB3's
 ``ReplayBuffer`` and ours (the default, which keeps SB3's small arrays raw for float actions at
 this size; ``small_arrays="compressed"``, what the default was for every buffer of 1M transitions
-before; ``compression_method="none"``, observations in raw chunks) with the same transitions and times ``sample(256)`` in one
-process, interleaving the buffers and the two thread rules (``chunkstore.native.PARALLEL_MIN_BYTES``:
-0, every read of 64 items or more wakes a helper; the default, reads of fewer bytes stay on the
-caller) over several rounds, and reports medians and ratios to SB3 measured in the same run.
+before; ``compression_method="none"``, observations in raw chunks) with the same transitions
+and times ``sample(256)`` in one process, interleaving the buffers and the two thread rules
+(``chunkstore.native.PARALLEL_MIN_BYTES``: 0, every read of 64 items or more wakes a helper;
+the default, reads of fewer bytes stay on the caller) over several rounds, and reports medians
+and ratios to SB3 measured in the same run.
 ``--obs-dim 17 --act-dim 6`` is HalfCheetah's shape.
 
 Examples

@@ -1,4 +1,5 @@
-"""``chunkstore-export`` in a clone: ``python tools/export.py --help``; the code is :mod:`sb3_integration.cli.export`."""
+"""``chunkstore-export`` in a clone: ``python tools/export.py --help``; the code is
+:mod:`sb3_integration.cli.export`."""
 
 import sys
 from pathlib import Path

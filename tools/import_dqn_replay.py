@@ -1,4 +1,5 @@
-"""``chunkstore-import-dqn`` in a clone: ``python tools/import_dqn_replay.py --help``; the code is :mod:`sb3_integration.cli.import_dqn`."""
+"""``chunkstore-import-dqn`` in a clone: ``python tools/import_dqn_replay.py --help``; the code is
+:mod:`sb3_integration.cli.import_dqn`."""
 
 import sys
 from pathlib import Path

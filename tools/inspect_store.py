@@ -1,4 +1,5 @@
-"""``chunkstore-inspect`` in a clone: ``python tools/inspect_store.py --help``; the code is :mod:`sb3_integration.cli.inspect_store`."""
+"""``chunkstore-inspect`` in a clone: ``python tools/inspect_store.py --help``; the code is
+:mod:`sb3_integration.cli.inspect_store`."""
 
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""``chunkstore-verify`` in a clone: ``python tools/verify.py --help``; the code is :mod:`sb3_integration.cli.verify`."""
+"""``chunkstore-verify`` in a clone: ``python tools/verify.py --help``; the code is
+:mod:`sb3_integration.cli.verify`."""
 
 import sys
 from pathlib import Path

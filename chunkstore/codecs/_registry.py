@@ -282,7 +282,8 @@ def _parse_xor(name: str) -> Codec | None:
 register_codec(NoneCodec, names=["none"], forms="  none | rle")
 register_codec(RLECodec, names=["rle", "rle-jit", "rle-old"])  # sb3eb's rle-jit and rle-old: one format
 register_codec(ZstdCodec, levelled="zstd",
-               forms=f"  zstd | zstd<L> | zstd/<L> | zstd-<N> | zstd/-<N>  (zstd-5 is level -5; {_span(ZstdCodec)}; 0 = 3)")
+               forms=f"  zstd | zstd<L> | zstd/<L> | zstd-<N> | zstd/-<N>  (zstd-5 is level -5; "
+                     f"{_span(ZstdCodec)}; 0 = 3)")
 register_codec(GzipCodec, levelled="gzip", forms=f"  gzip | gzip<L> | gzip/<L>  ({_span(GzipCodec)})")
 register_codec(IGzipCodec, levelled="igzip",
                forms=f"  igzip | igzip<L> | igzip/<L>  ({_span(IGzipCodec)}; pip install 'chunkstore-rl[isal]')")

@@ -7,8 +7,9 @@ costs less as values than as a new run) and cut to at most ``max_len`` bytes.
 A run is one little-endian word ``skip | (len - 1) << pos_bits`` plus its ``len``
 value bytes, where ``skip`` counts the bytes before the run that no earlier run
 covers (its start minus the value bytes before it): value byte ``v`` of an item
-goes to byte ``v + skip`` of its run, so the decoder needs no prefix sum. An item's *record* is its words, then its values, padded to
-a multiple of ``word_bytes`` so that the next record's words stay aligned::
+goes to byte ``v + skip`` of its run, so the decoder needs no prefix sum. An item's
+*record* is its words, then its values, padded to a multiple of ``word_bytes`` so
+that the next record's words stay aligned::
 
     record = [word_0 .. word_{nw-1}] [values (nv bytes)] [0..word_bytes-1 pad bytes]
 

@@ -17,8 +17,9 @@ above them, and a uint16 generation per slot: about 6.4 bytes per slot (measured
 ``tools/bench_prioritized.py``). A mass is 0 or within fp32's normal range, ``[2**-126,
 float32's max]`` (about ``[1.18e-38, 3.4e38]``), and is held as fp32 with relative rounding
 below 6e-8; a positive mass below that range (which fp32 would hold with less precision, or as
-0) is refused with a ValueError (:func:`check_masses`), as is one above it. The sums are fp64 and every node is recomputed from its children, so sampling follows the fp32
-masses exactly. The kernels are numba (``chunkstore.priority._kernels``), GIL-free.
+0) is refused with a ValueError (:func:`check_masses`), as is one above it. The sums are fp64
+and every node is recomputed from its children, so sampling follows the fp32 masses exactly.
+The kernels are numba (``chunkstore.priority._kernels``), GIL-free.
 
 Interrupts: every call validates first, then changes the index in one kernel call that
 runs to its end, so a KeyboardInterrupt leaves it as it was before the call or after it.

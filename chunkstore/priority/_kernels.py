@@ -1,9 +1,10 @@
 """The numba kernels of the priority index (:mod:`chunkstore.priority`).
 
-The tree is ``F``-ary: level 0 holds one fp32 value per slot, level ``l >= 1`` holds for each group of ``F`` nodes of level ``l - 1`` their fp64
-sum (``sums``) and their smallest positive value as fp32 (``mins``, ``inf`` where none is
-positive); the top level is a single node, the root. The upper levels of both trees sit in
-one flat array each, level ``l`` starting at ``offsets[l]`` (``offsets[0]`` is unused).
+The tree is ``F``-ary: level 0 holds one fp32 value per slot, level ``l >= 1`` holds for
+each group of ``F`` nodes of level ``l - 1`` their fp64 sum (``sums``) and their smallest
+positive value as fp32 (``mins``, ``inf`` where none is positive); the top level is a
+single node, the root. The upper levels of both trees sit in one flat array each, level
+``l`` starting at ``offsets[l]`` (``offsets[0]`` is unused).
 
 A node is always recomputed from its children, in order, never adjusted by a difference:
 the value a node holds is then exactly the running sum a descent computes over its

@@ -286,7 +286,8 @@ class ArrayTests:
         assert isinstance(arr, ItemArray)
         assert arr.shape == (10, 2) and len(arr) == arr.capacity == 10 and arr.nchunks_total == 3
         if arr.supports_native_writes:
-            assert all(callable(getattr(arr, m, None)) for m in ("open_chunks", "writable_chunk", "open_empty", "seal_full"))
+            assert all(callable(getattr(arr, m, None))
+                       for m in ("open_chunks", "writable_chunk", "open_empty", "seal_full"))
 
     def test_take_counts_from_the_end_and_keeps_the_shape(self, make: Any) -> None:
         arr = make()

@@ -23,4 +23,5 @@ from chunkstore.tiers.disk import DiskTier
 from chunkstore.tiers.hybrid import HybridTier
 from chunkstore.tiers.memory import MemoryTier
 
-__all__ = ["AddressTable", "ChunkRef", "DeviceTier", "DiskTier", "HybridTier", "MemoryTier", "ReadChecks", "Tier", "check_tier"]
+__all__ = ["AddressTable", "ChunkRef", "DeviceTier", "DiskTier", "HybridTier", "MemoryTier", "ReadChecks", "Tier",
+           "check_tier"]

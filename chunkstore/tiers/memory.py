@@ -17,8 +17,9 @@ class MemoryTier(SegmentedTier):
     """Encoded chunks in RAM, appended into numpy arrays (segments).
 
     Emptied segments are reused, never reallocated: writing into never-touched
-    memory is page-fault bound (measured: 0.4 GB/s, against 19 GB/s into warm pages), writing into a recycled segment is a
-    plain memcpy. ``get`` returns a read-only zero-copy view.
+    memory is page-fault bound (measured: 0.4 GB/s, against 19 GB/s into warm pages),
+    writing into a recycled segment is a plain memcpy. ``get`` returns a read-only
+    zero-copy view.
 
     Parameters
     ----------

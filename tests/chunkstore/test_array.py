@@ -1,4 +1,5 @@
-"""ChunkedArray against a plain numpy array: every codec, every dtype (the contract on every tier: test_array_contract.py)."""
+"""ChunkedArray against a plain numpy array: every codec, every dtype (the contract on every tier:
+test_array_contract.py)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,8 @@ def test_capabilities_are_asked_through_the_protocol(cls):
     arr = cls(8, (2,), np.uint8, chunk_len=4)
     try:
         assert isinstance(arr, ItemArray)
-        assert arr.supports_native_writes == all(hasattr(arr, m) for m in ("open_chunks", "writable_chunk", "open_empty", "seal_full"))
+        assert arr.supports_native_writes == all(
+            hasattr(arr, m) for m in ("open_chunks", "writable_chunk", "open_empty", "seal_full"))
         assert (arr.device is None) == (cls is ChunkedArray)
         if arr.supports_native_writes:
             buf = arr.writable_chunk(1)

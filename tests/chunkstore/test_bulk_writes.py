@@ -206,7 +206,8 @@ def test_a_long_run_is_written_in_bounded_steps(value):
 def test_bulk_writes_equal_single_writes_on_every_tier(tier, tmp_path):
     make = {"memory": lambda: MemoryTier(segment_bytes=4096),
             "disk": lambda: DiskTier(tmp_path / f"d{len(list(tmp_path.iterdir()))}", segment_bytes=4096),
-            "hybrid": lambda: HybridTier(8192, tmp_path / f"h{len(list(tmp_path.iterdir()))}", segment_bytes=4096)}[tier]
+            "hybrid": lambda: HybridTier(8192, tmp_path / f"h{len(list(tmp_path.iterdir()))}",
+                                         segment_bytes=4096)}[tier]
     rng = np.random.default_rng(3)
     bulk, single = _twins(300, (40,), "u1", 4, "zstd3", rng, tier=make)
     for start, n in ((0, 120), (37, 200), (5, 295), (290, 10)):

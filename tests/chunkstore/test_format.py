@@ -1,4 +1,5 @@
-"""chunkstore.hdf5 (formerly chunkstore.format): save/load round trips, plain-HDF5 readability, corruption, crash safety."""
+"""chunkstore.hdf5 (formerly chunkstore.format): save/load round trips, plain-HDF5 readability, corruption,
+crash safety."""
 
 from __future__ import annotations
 

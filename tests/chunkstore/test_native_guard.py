@@ -136,8 +136,10 @@ FIRST_ADDS = textwrap.dedent("""
     t = 0
     while t < 40 or (interrupts < 20 and t < 4000):  # bounded: more adds if few interrupts landed
         t += 1
-        obs = {{"img": rng.integers(0, 255, (2, 4, 6, 5), np.uint8), "vec": rng.uniform(-1, 1, (2, 3)).astype(np.float32)}}
-        nxt = {{"img": rng.integers(0, 255, (2, 4, 6, 5), np.uint8), "vec": rng.uniform(-1, 1, (2, 3)).astype(np.float32)}}
+        obs = {{"img": rng.integers(0, 255, (2, 4, 6, 5), np.uint8),
+               "vec": rng.uniform(-1, 1, (2, 3)).astype(np.float32)}}
+        nxt = {{"img": rng.integers(0, 255, (2, 4, 6, 5), np.uint8),
+               "vec": rng.uniform(-1, 1, (2, 3)).astype(np.float32)}}
         tr = (obs, nxt, rng.integers(0, 3, (2, 1)), np.zeros(2, np.float32), np.zeros(2), [{{}}, {{}}])
         while True:  # Ctrl-C until the add goes through
             before = ours.pos

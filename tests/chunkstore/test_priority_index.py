@@ -57,7 +57,8 @@ def check_same(ix: PriorityIndex, model: Model) -> None:
 
 
 # fp32 subnormals are refused (test_subnormal_masses_are_refused): the index holds normal fp32 masses
-masses_st = st.floats(0, 1e6, allow_nan=False, allow_subnormal=False, width=32) | st.just(0.0) | st.floats(1e-30, 1e-20).map(lambda x: float(np.float32(x)))
+masses_st = (st.floats(0, 1e6, allow_nan=False, allow_subnormal=False, width=32) | st.just(0.0)
+             | st.floats(1e-30, 1e-20).map(lambda x: float(np.float32(x))))
 
 
 @st.composite
