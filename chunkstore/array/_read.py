@@ -80,13 +80,14 @@ class ReadPath(ArrayFields):
             raise IndexError(f"{self.name}: ids must be integers, got dtype {ids.dtype}")
         return self.take_into(ids, np.empty(ids.shape + self.item_shape, self.dtype))
 
-    def take_into(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def take_into(self, ids: np.ndarray, out: np.ndarray, *, checked: bool = True) -> np.ndarray:
         """``out[i] = self[ids[i]]``, or zeros where ``ids[i] == -1``, in place.
 
         ``out`` has shape ``(*ids.shape, *item_shape)`` and may be a strided view
         (frame ``j`` of a channel-last stack of frames, say): items are copied
         straight to their places, with no contiguous temporary when the read runs
-        natively.
+        natively. ``checked=False``: the caller made ``ids`` in range (a frame store's ids of its own
+        stacks), so the bounds are not checked again.
         """
         ids = np.asarray(ids)
         if out.shape != ids.shape + self.item_shape or out.dtype != self.dtype:
@@ -97,7 +98,7 @@ class ReadPath(ArrayFields):
         flat = ids.reshape(-1).astype(np.int64, copy=False)
         if flat.size == 0:
             return out
-        if int(flat.min()) < -1 or int(flat.max()) >= self.capacity:
+        if checked and (int(flat.min()) < -1 or int(flat.max()) >= self.capacity):
             raise IndexError(f"{self.name}: ids must lie in -1..{self.capacity - 1}")
         key = (out.shape, out.strides, ids.ndim)
         placed = self._placements.get(key)

@@ -482,9 +482,9 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
         ids = self._padded_ids(ids) if padded else normalize_indices(ids, self.capacity, self.name)
         return self._take(ids, typed=False)
 
-    def take_into(self, ids: Any, out: Any) -> Any:
+    def take_into(self, ids: Any, out: Any, *, checked: bool = True) -> Any:
         """``out[...] = take_padded(ids)``: ``out`` a tensor (copied on the device) or a numpy array
-        (a copy to the host: never a sample's path)."""
+        (a copy to the host: never a sample's path). ``checked``: the host array's (ids checked here anyway)."""
         got = self.take_padded(ids)
         if isinstance(out, np.ndarray):
             out[...] = got.cpu().numpy()

@@ -61,6 +61,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from chunkstore import Codec, LRUChunkCache, Tier, get_codec
 from sb3_integration.buffers._closing import ClosableBuffer
+from sb3_integration.buffers._lean_frames import frame_samples, lean_frames
 from sb3_integration.buffers._pickling import PickledBuffer
 from sb3_integration.buffers._prefetching import PrefetchFront
 from sb3_integration.buffers._prioritized_reads import read_samples
@@ -325,6 +326,7 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
         else:
             self.observations, self.next_observations = views[OBS], views[NEXT]
         self._lean = self._columns is None and all(type(s) is RawStore for s in self._stores.values())
+        self._lean_frames = lean_frames(self, _CompressedReplayMixin._get_samples)  # compressed: _lean_frames
 
     # -- writing ---------------------------------------------------------------------------
     def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
@@ -422,9 +424,10 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
             return self._finish_draw(draw, self._read_draw(draw, env))
 
     def _read_draw(self, draw: Draw, env: VecNormalize | None = None) -> Any:
-        """The storage's read of a draw: SB3's ``_get_samples`` of its rows (which draws the envs when the
-        draw leaves them to it), or the same computation for the envs drawn."""
+        """The storage's read of a draw: SB3's ``_get_samples`` of its rows (or its computation, envs drawn)."""
         rows, envs = draw.rows, draw.envs
+        if env is None and self._lean_frames and (lean := frame_samples(self, rows, envs)) is not None:
+            return self._converted(lean)
         if envs is None:
             return self._get_samples(rows, env=env)
         return self._read_samples(rows, envs, env)

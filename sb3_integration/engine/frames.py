@@ -393,7 +393,7 @@ class FrameStore(FrameWrites):
             out = outputs.take((m * n, *self.obs_shape), self.dtype)  # reused once no batch refers to it
             if n:
                 assert self.frames is not None
-                self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out))
+                self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out), checked=False)
             return [out[i * n:(i + 1) * n] for i in range(m)]
 
     def view(self, which: int) -> None:
