@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     here = str(Path(__file__).resolve().parent.parent)
     versions = {"after": here, **({"before": args.before} if args.before else {})}
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for _ in range(0 if args.held_only else args.repeats):
+    for _ in range(0 if args.held_only or not vector + rgb_kinds else args.repeats):
         for glibc in args.glibc:
             for version, path in versions.items():
                 print(f"child: glibc {glibc}, {version} ({path})", file=sys.stderr, flush=True)
