@@ -14,7 +14,7 @@ time-limit end of an episode a done with ``TimeLimit.truncated`` and its termina
 ``next_obs``. ``synthetic=True`` makes frames of the same shapes without dm_control (smooth
 moving blobs: for smoke tests only, not for figures).
 
-Example: ``python tools/dmc_data.py --steps 600`` pre-fills the cache.
+Example: ``python tools/dmc_data.py --steps 700`` pre-fills the cache.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _synthetic(task: str, n: int, seed: int) -> Frames:
     return Frames(task + " (synthetic)", frames, rng.standard_normal((n, 17)).astype(np.float32), first, last, 0.0)
 
 
-def collect(domain: str, task: str, n: int = 600, seed: int = 0, *, synthetic: bool = False,
+def collect(domain: str, task: str, n: int = 700, seed: int = 0, *, synthetic: bool = False,
             cache_dir: str | Path | None = None) -> Frames:
     """``n`` rendered frames of one task (cached on disk); ``synthetic``: made-up frames, no dm_control."""
     repeat = dict(((d, t), r) for d, t, r in TASKS)[(domain, task)]
@@ -176,14 +176,14 @@ def transitions(frames: list[Frames]) -> Transitions:
                        [fr.task for fr in frames])
 
 
-def load(n: int = 600, *, synthetic: bool = False, seed: int = 0) -> Transitions:
+def load(n: int = 700, *, synthetic: bool = False, seed: int = 0) -> Transitions:
     """The three tasks' transitions, ``n`` frames each (dm_control, cached), or synthetic ones."""
     return transitions([collect(d, t, n, seed, synthetic=synthetic) for d, t, _ in TASKS])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Render (and cache) dm_control frames for the benchmarks.")
-    p.add_argument("--steps", type=int, default=600, help="frames per task")
+    p.add_argument("--steps", type=int, default=700, help="frames per task")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     why = available()
