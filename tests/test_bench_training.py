@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,3 +34,28 @@ def test_bench_training_refuses_an_unknown_scenario():
                           capture_output=True, text=True, timeout=120, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2 and "unknown scenarios ['ppo-moon']" in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_training_drq_rgb_and_ppo_atari_run_both_arms_at_a_tiny_size(tmp_path):
+    """drq-rgb on synthetic frames (no dm_control needed), ppo-atari on MsPacman: every arm ran, finite ratios."""
+    pytest.importorskip("ale_py")
+    out = tmp_path / "bench_training.json"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "bench_training.py"), "--scenarios",
+                           "drq-rgb,ppo-atari", "--steps", "4", "--learning-starts", "300", "--rounds", "1",
+                           "--rgb-frames-source", "synthetic", "--rgb-frames", "60", "--rgb-buffer", "600",
+                           "--drq-channels", "2", "--ppo-envs", "1", "--ppo-n-steps", "4", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert [(r["scenario"], r["arm"]) for r in rows] == [
+        ("drq-rgb", "sb3"), ("drq-rgb", "ours"), ("drq-rgb", "ours-prefetch"), ("ppo-atari", "sb3"),
+        ("ppo-atari", "ours")]
+    assert all(r["rounds"] == 1 and not r["errors"] and math.isfinite(r["ratio"]) and r["ratio"] > 0 for r in rows)
+    assert all(r["sample_wait_ms"] >= 0 for r in rows if r["scenario"] == "drq-rgb")
+    assert "synthetic" in rows[0]["env"] and "MsPacman" in rows[3]["env"]
+    # SB3's draws without prefetch: the encoder ends where SB3's does; PPO's rollout buffer too
+    assert rows[1]["params_equal_sb3"] == "yes" and rows[4]["params_equal_sb3"] == "yes"
+    assert data["config"]["rgb_source"] == "synthetic"

@@ -52,7 +52,9 @@ ensure_importable()
 
 ARMS = ("sb3", "ours", "ours-prefetch")
 SCENARIOS = ("sac-vec", "td3-vec", "sac-pendulum", "dqn-atari-32", "dqn-atari-256", "learner-atari-32",
-             "learner-vec-256")
+             "learner-vec-256", "drq-rgb", "ppo-atari")
+#: PPO's rollout buffer has no prefetch: two arms
+ROLLOUT_ARMS = ("sb3", "ours")
 SPARED = GLIBC["spared"]  # glibc keeps and reuses freed blocks: SB3's per-sample arrays fault in no pages
 
 
@@ -190,8 +192,80 @@ def _loop(cfg: dict[str, Any]) -> dict[str, Any]:
             "sample_wait_mean_ms": 1000 * statistics.fmean(waits), "wall_s": wall}
 
 
+def _drq(cfg: dict[str, Any]) -> dict[str, Any]:
+    """DrQ's update pattern on CPU: an add per env step, every 2 steps a sample(256) through a conv encoder."""
+    import _bench_rgb as rgb
+    import torch as th
+
+    th.manual_seed(cfg["seed"])
+    data = rgb.Data(cfg["rgb_frames"], cfg["rgb_source"], seed=cfg["seed"])
+    buffer_class, kwargs = _buffer_args(cfg)
+    buf = rgb.make("sb3" if buffer_class is None else "ours", "box", cfg["rgb_buffer"], **kwargs)
+    c = cfg["drq_channels"]
+    enc = th.nn.Sequential(  # SB3's NatureCNN, narrower (a small encoder that a 1-thread CPU runs)
+        th.nn.Conv2d(9, c, 8, 4), th.nn.ReLU(), th.nn.Conv2d(c, 2 * c, 4, 2), th.nn.ReLU(),
+        th.nn.Conv2d(2 * c, 2 * c, 3, 1), th.nn.ReLU(), th.nn.Flatten(), th.nn.Linear(2 * c * 49, 50))
+    head = th.nn.Linear(50 + rgb.ACT_DIM, 1)
+    opt = th.optim.Adam([*enc.parameters(), *head.parameters()], lr=1e-4)
+    np.random.seed(cfg["seed"])  # noqa: NPY002 (SB3's sample() draws from it)
+    for t in range(cfg["learning_starts"]):
+        buf.add(*data.row(t, 1, "box"))
+    waits: list[float] = []
+    c0, t0 = time.process_time(), time.perf_counter()
+    for t in range(cfg["learning_starts"], cfg["learning_starts"] + cfg["steps"]):
+        buf.add(*data.row(t, 1, "box"))
+        if t % 2:
+            continue
+        w0 = time.perf_counter()
+        b = buf.sample(256)
+        waits.append(time.perf_counter() - w0)
+        with th.no_grad():
+            target = b.rewards + 0.99 * (1 - b.dones) * head(th.cat([enc(b.next_observations.float() / 255),
+                                                                         b.actions], 1))
+        q = head(th.cat([enc(b.observations.float() / 255), b.actions], 1))
+        loss = th.nn.functional.mse_loss(q, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    getattr(buf, "close", lambda: None)()
+    return {"env": f"{cfg['rgb_source']} RGB (9, 84, 84): {', '.join(data.tasks)}", "steps_per_s": cfg["steps"] / wall,
+            "steps_per_cpu_s": cfg["steps"] / cpu,
+            "sample_wait_ms": 1000 * statistics.median(waits), "wall_s": wall,
+            "params_sha": _params_sha(type("M", (), {"policy": enc})())}
+
+
+def _ppo(cfg: dict[str, Any]) -> dict[str, Any]:
+    """SB3's PPO, CnnPolicy, on MsPacman (make_atari_env, 4 stacked): SB3's RolloutBuffer or ours."""
+    import torch as th
+    from atari_data import _make_vec_env
+    from stable_baselines3 import PPO
+
+    from sb3_integration import CompressedRolloutBuffer
+
+    env = _make_vec_env("MsPacman", cfg["ppo_envs"], cfg["seed"], 4)
+    kwargs = {} if cfg["arm"] == "sb3" else {"rollout_buffer_class": CompressedRolloutBuffer}
+    model = PPO("CnnPolicy", env, n_steps=cfg["ppo_n_steps"], batch_size=256, n_epochs=4, seed=cfg["seed"],
+                device="cpu", verbose=0, **kwargs)
+    th.set_num_threads(1)
+    per_rollout = cfg["ppo_n_steps"] * cfg["ppo_envs"]
+    model.learn(per_rollout)  # one rollout and update first: what a process does once
+    steps = max(1, cfg["steps"] // per_rollout) * per_rollout
+    c0, t0 = time.process_time(), time.perf_counter()
+    model.learn(steps, reset_num_timesteps=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"env": f"MsPacman x{cfg['ppo_envs']} (AtariWrapper, 4 stacked), n_steps {cfg['ppo_n_steps']}",
+            "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu, "wall_s": wall,
+            "params_sha": _params_sha(model), "n_updates": int(model._n_updates)}
+
+
 def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
-    return _loop(cfg) if cfg["scenario"].startswith("learner") else _algorithm(cfg)
+    scenario = cfg["scenario"]
+    if scenario == "drq-rgb":
+        return _drq(cfg)
+    if scenario == "ppo-atari":
+        return _ppo(cfg)
+    return _loop(cfg) if scenario.startswith("learner") else _algorithm(cfg)
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -234,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefetch", type=int, default=2, help="the ours-prefetch arm's prefetch")
     p.add_argument("--step-ms", type=float, default=2.0, help="the loop scenarios' learner step (GIL released)")
     p.add_argument("--atari-buffer", type=int, default=100_000, help="buffer_size of the Atari scenarios")
+    p.add_argument("--rgb-frames", type=int, default=700, help="drq-rgb: rendered frames per dm_control task")
+    p.add_argument("--rgb-frames-source", default="dmc", choices=("dmc", "synthetic"),
+                   help="drq-rgb: dm_control frames (tools/dmc_data.py), or made-up ones (smoke tests)")
+    p.add_argument("--rgb-buffer", type=int, default=100_000, help="drq-rgb: buffer_size (DrQ's)")
+    p.add_argument("--drq-channels", type=int, default=8, help="drq-rgb: the encoder's first conv's channels")
+    p.add_argument("--ppo-envs", type=int, default=4, help="ppo-atari: n_envs")
+    p.add_argument("--ppo-n-steps", type=int, default=128, help="ppo-atari: n_steps (a rollout: x n_envs)")
     p.add_argument("--glibc", choices=("default", "spared", "both"), default="default",
                    help=f"malloc settings of the arms' processes (spared: {SPARED})")
     p.add_argument("--seed", type=int, default=0)
@@ -250,13 +331,23 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
     if args.rounds < 1 or args.steps < 1 or args.learning_starts < 1:
         p.error("--rounds, --steps and --learning-starts must be >= 1")
-    base = {k: getattr(args, k) for k in ("steps", "learning_starts", "prefetch", "step_ms", "atari_buffer", "seed")}
+    if "drq-rgb" in scenarios and args.rgb_frames_source == "dmc":
+        import dmc_data
+
+        why = dmc_data.available()
+        if why is not None:
+            print(f"drq-rgb: synthetic frames: {dmc_data.INSTALL_HINT} ({why})", file=sys.stderr)
+            args.rgb_frames_source = "synthetic"
+    base = {k: getattr(args, k) for k in ("steps", "learning_starts", "prefetch", "step_ms", "atari_buffer", "seed",
+                                          "rgb_frames", "rgb_buffer", "drq_channels", "ppo_envs", "ppo_n_steps")}
+    base["rgb_source"] = args.rgb_frames_source
     rows, raw = [], {}
     for glibc in (("default", "spared") if args.glibc == "both" else (args.glibc,)):
         for scenario in scenarios:
-            runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+            arms = ROLLOUT_ARMS if scenario == "ppo-atari" else ARMS
+            runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
             for r in range(args.rounds):
-                for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
+                for arm in arms if r % 2 == 0 else arms[::-1]:
                     res = _run({**base, "scenario": scenario, "arm": arm}, glibc, args.timeout)
                     print(f"{glibc} {scenario} {arm} round {r}: {json.dumps(res)}", file=sys.stderr)
                     runs[arm].append(res)
