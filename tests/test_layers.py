@@ -22,13 +22,13 @@ PACKAGES = ("chunkstore", "sb3_integration")
 #: subpackage or a top-level module, ``""`` the package itself (its ``__init__``, the front door)
 LAYERS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("errors", "_legacy"), "the package's exceptions, and the old module paths (a table of names, imported by name)"),
-    (("engine",), "the frame engine: frames in chunk stores and an index per transition; knows nothing of SB3's buffers"),
+    (("engine",), "the frame engine: frames in chunk stores and an index per transition; no SB3 buffer"),
     (("abc", "testing"), "the frame-store seam and its contract tests, stated over the engine"),
     (("samplers",), "which transitions a batch reads: index arithmetic, no storage"),
     (("persistence",), "a buffer's state (ReplayState) as one HDF5 file; the buffers save and load through it"),
     (("buffers",), "the SB3 buffers: engine + samplers + persistence, taking sb3-extra-buffers' arguments"),
     (("algorithms", "offline", "distributed"), "what is built on the buffers, independent of each other"),
-    (("interop",), "bridges to other projects (sb3-extra-buffers' helpers and pickles, rl-zoo3's plugin) over all of the above"),
+    (("interop",), "bridges to other projects (sb3-extra-buffers' helpers and pickles, rl-zoo3's plugin), on top"),
     (("",), "the front door: each public name once, loaded on first use"),
     (("cli",), "the console tools: an application that looks a saved buffer's class up on the front door"),
 )

@@ -1,6 +1,7 @@
 """Single-transition ``add()`` cost on real MsPacman stacks: SB3 (both layouts) against ours, in one process.
 
-    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--cpu] [--encode-free] [--out results/bench_add.json]
+    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--cpu] [--encode-free] \
+        [--out results/bench_add.json]
 
 Real frames: ``collect_stacked`` from ``tools/atari_data.py`` (SB3's own Atari pipeline, a
 uniformly random policy, (4, 84, 84) uint8, 1 env; cached under ``./data``). Each arm is a

@@ -34,7 +34,8 @@ Examples
     .venv/bin/python tools/bench_sample_kinds.py --out results/bench_sample_kinds.json
     .venv/bin/python tools/bench_sample_kinds.py --before /tmp/before --out results/bench_sample_kinds.json
     .venv/bin/python tools/bench_sample_kinds.py --rows 20000 --rounds 3 --repeats 1   # quick
-    MUJOCO_GL=osmesa .venv/bin/python tools/bench_sample_kinds.py --kinds rgb --repeats 3 --out results/bench_sample_rgb.json
+    MUJOCO_GL=osmesa .venv/bin/python tools/bench_sample_kinds.py --kinds rgb --repeats 3 \
+        --out results/bench_sample_rgb.json
 """
 
 from __future__ import annotations

@@ -290,10 +290,7 @@ class ReadPath(ArrayFields):
         if isinstance(first, (int, np.integer)):
             item = self.take(np.array([self._check_index(int(first))]))[0]
             return item[rest] if rest else item
-        if isinstance(first, slice):
-            idx = np.arange(*first.indices(self.capacity))
-        else:
-            idx = self._normalize_indices(first)
+        idx = np.arange(*first.indices(self.capacity)) if isinstance(first, slice) else self._normalize_indices(first)
         items = self.take(idx.reshape(-1)).reshape(idx.shape + self.item_shape)
         return items[(slice(None),) * idx.ndim + rest] if rest else items
 

@@ -51,7 +51,7 @@ class PrefetchFront:
             prefetcher = self.__dict__.get("_prefetcher")
             if prefetcher is None:
                 prefetcher = self._prefetcher = Prefetcher(self._prefetch_k)
-            job = prefetcher.take(self, batch_size, env, self._prefetch_rng)  # type: ignore[arg-type]  # set with k
+            job = prefetcher.take(self, batch_size, env, self._prefetch_rng)  # set with k
         try:
             samples = job.future.result()
         except BaseException:

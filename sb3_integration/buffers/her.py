@@ -70,9 +70,11 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
 
     Parameters
     ----------
-    buffer_size, observation_space, action_space, env, device, n_envs, optimize_memory_usage, handle_timeout_termination, n_sampled_goal, goal_selection_strategy, copy_info_dict
+    buffer_size, observation_space, action_space, env, device, n_envs
         As in SB3's ``HerReplayBuffer``. ``env`` may be None here (set it later
         with ``set_env``, as after unpickling); SB3's off-policy algorithms pass it.
+    optimize_memory_usage, handle_timeout_termination, n_sampled_goal, goal_selection_strategy, copy_info_dict
+        As in SB3's ``HerReplayBuffer``.
     **options
         Keywords: sb3-extra-buffers' arguments (``dtypes``, ``normalize_images``,
         ``compression_method``, ``compression_kwargs``, ``decompression_kwargs``,
@@ -148,9 +150,9 @@ class CompressedHerReplayBuffer(HerReplayBuffer, _HerStorage):
 
     def _device_keys(self) -> set[Any]:
         # SB3's HER relabels goals and computes rewards with them on the host: they stay there
-        return set(self.observation_space.spaces) - {"achieved_goal", "desired_goal"}  # type: ignore[attr-defined]
+        return set(self.observation_space.spaces) - {"achieved_goal", "desired_goal"}
 
-    def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:  # type: ignore[override]
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> Any:
         """SB3's HER sample (real and relabelled halves), observations converted as sb3-extra-buffers'
         (under the writer's lock: a concurrent ``add()`` cannot tear it)."""
         with self._lock:

@@ -218,7 +218,7 @@ class PrioritizedReplayMixin:
     @property
     def nbytes_held(self) -> int:
         """The buffer's storage (see the uniform buffer's) and the priority index's arrays."""
-        return super().nbytes_held + self._priorities.nbytes  # type: ignore[misc,no-any-return]
+        return super().nbytes_held + self._priorities.nbytes  # type: ignore[misc]
 
     # -- writing ----------------------------------------------------------------------------
     def _advance(self, pos: int) -> None:

@@ -209,7 +209,7 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
 
         See :func:`sb3_integration.interop.convert.from_sb3_extra_buffers` (``buffer_class=cls``).
         """
-        return convert_into(source, cls, **kwargs)  # type: ignore[no-any-return]
+        return convert_into(source, cls, **kwargs)
 
     def _init_storage(self, *, handle_timeout_termination: bool, options: StoreOptions,
                       small_arrays: str = "auto", storage: Any = AUTO) -> None:
@@ -315,7 +315,7 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
                     partial(self._read, key, which),
                     (self.buffer_size, self.n_envs, *self._key_shape(key)),
                     store.dtype,
-                    name=("observations" if which == OBS else "next_observations") + ("" if key is None else f"[{key}]"),
+                    name=("observations", "next_observations")[which] + ("" if key is None else f"[{key}]"),
                 )
                 for key, store in self._stores.items()
             }
@@ -348,7 +348,7 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
             pos = self.pos
             attempt = self.__dict__.get("_commits", 0)  # this add's name for the frame stores
             try:
-                if self.full and pos % (self.chunk_len * RELEASE_LAG_CHUNKS) == 0:  # frees whole chunks, several at once
+                if self.full and pos % (self.chunk_len * RELEASE_LAG_CHUNKS) == 0:  # frees several whole chunks
                     for store in self._stores.values():
                         store.release_before((pos + 1) % self.buffer_size)
                 for key, store in self._stores.items():

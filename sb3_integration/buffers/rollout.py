@@ -116,7 +116,8 @@ class _CompressedRolloutMixin(ClosableBuffer):
         ``__init__`` runs (its checks, its ``reset``, which is ours).
         """
         check_keywords(type(self), store_options, ROLLOUT_STORE_OPTIONS)  # as Python words it for SB3's class
-        BaseBuffer.__init__(cast(BaseBuffer, self), buffer_size, observation_space, action_space, device, n_envs=n_envs)  # SB3's errors first
+        # SB3's errors first
+        BaseBuffer.__init__(cast(BaseBuffer, self), buffer_size, observation_space, action_space, device, n_envs=n_envs)
         check_rollout_space(self)
         extra = parse_extra_buffers_args(
             observation_space, dtypes=dtypes, normalize_images=normalize_images,
@@ -147,7 +148,7 @@ class _CompressedRolloutMixin(ClosableBuffer):
                                  fs.dtype, name=fs.name)
             for key, fs in self._stores.items()
         }
-        self.observations = views.get(None, views)  # type: ignore[assignment]
+        self.observations = views.get(None, views)
 
     @property
     def frame_stores(self) -> dict[Any, FrameStore]:
@@ -336,7 +337,7 @@ class CompressedRolloutBuffer(_CompressedRolloutMixin, RolloutBuffer):
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> RolloutBufferSamples:
         with self._batch():
-            obs = self._obs_tensor(self.observations[batch_inds])  # type: ignore[index]
+            obs = self._obs_tensor(self.observations[batch_inds])
         return self._converted(RolloutBufferSamples(obs, *_sample_fields(self, batch_inds)))
 
 

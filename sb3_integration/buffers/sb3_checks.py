@@ -21,7 +21,7 @@ Examples
 ...     sb3_row(np.zeros(3), (2,), np.float32, "reward")
 ... except ValueError as e:
 ...     print(type(e).__name__, e)
-ArgumentError could not broadcast input array from shape (3,) into shape (2,) [reward: expected shape (2,), got shape (3,)]
+ArgumentError could not broadcast input array from shape (3,) into shape (2,) [reward: expected shape (2,), got ...]
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def sb3_reshape(value: Any, shape: tuple[int, ...], name: str) -> Any:
         if not hasattr(value, "reshape"):
             hint = f"{name}: SB3 calls {name}.reshape({shape}): pass a numpy array, got {_describe(value)}"
         else:
-            hint = f"{name}: expected {math.prod(shape)} values (shape {shape}, n_envs={shape[0]}), got {_describe(value)}"
+            hint = (f"{name}: expected {math.prod(shape)} values (shape {shape}, n_envs={shape[0]}), "
+                    f"got {_describe(value)}")
         raise usage_error(e, hint, argument=True) from None
 
 

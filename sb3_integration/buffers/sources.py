@@ -105,10 +105,8 @@ def _copy_transitions(src: Any, dst: Any) -> None:
     dst.pos = rows[0] if rows else 0  # the rows land where they are in src; the ring wraps as src's did
     for i in rows:
         obs = read(src.observations, i)
-        if src.optimize_memory_usage:  # SB3 keeps next_obs[i] in observations[i + 1]
-            nxt = read(src.observations, (i + 1) % n)
-        else:
-            nxt = read(src.next_observations, i)
+        # SB3 keeps next_obs[i] in observations[i + 1] when it optimizes memory
+        nxt = read(src.observations, (i + 1) % n) if src.optimize_memory_usage else read(src.next_observations, i)
         infos = [{"TimeLimit.truncated": bool(t)} for t in src.timeouts[i]]
         dst.add(obs, nxt, src.actions[i], src.rewards[i], src.dones[i], infos)
     if (dst.pos, dst.full) != (src.pos, src.full):  # pragma: no cover - guards the row arithmetic

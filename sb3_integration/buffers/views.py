@@ -40,7 +40,8 @@ def _axis_index(i: Any, n: int, axis: int) -> tuple[np.ndarray, bool]:
     if arr.size == 0:
         return arr.astype(np.int64), True
     if arr.dtype.kind not in "iu":
-        raise IndexError(f"only integers, slices, ellipsis and integer or boolean arrays are valid indices, got {arr.dtype}")
+        raise IndexError("only integers, slices, ellipsis and integer or boolean arrays are valid indices, "
+                         f"got {arr.dtype}")
     lo, hi = int(arr.min()), int(arr.max())  # before the cast: uint64's 2**63 would read -2**63
     if lo < -n or hi >= n:
         raise IndexError(f"index {lo if lo < -n else hi} is out of bounds for axis {axis} with size {n}")

@@ -361,7 +361,7 @@ class GlobalSampler:
             self._layout = self.service.layout()
         lay, spec, L = self._layout, self.spec, self.spec.chunk_len
         codec = self._codec_for(max(r.codec_version for r in replies))
-        sizes = np.concatenate([r.chunk_nbytes for r in replies]).astype(np.int64)  # type: ignore[misc]
+        sizes = np.concatenate([r.chunk_nbytes for r in replies]).astype(np.int64)
         nchunks = len(sizes)
         data = replies[0].chunk_data if len(replies) == 1 else b"".join(r.chunk_data for r in replies)
         tier = _ReplyTier(np.frombuffer(data, np.uint8) if data else np.zeros(1, np.uint8))
@@ -462,7 +462,8 @@ class DistributedReplayBuffer(SB3ReplayFront, ReplayBuffer):
     >>> _ = start_local_ray(num_cpus=1)
     >>> frames = spaces.Box(0, 255, (4, 84, 84), np.uint8)  # channel-first, as DQN sees them
     >>> svc = ReplayService.create("apex", frames, env.action_space, capacity=10_000, min_size=32)
-    >>> model = DQN("CnnPolicy", env, buffer_size=10_000, learning_starts=32, replay_buffer_class=DistributedReplayBuffer,
+    >>> model = DQN("CnnPolicy", env, buffer_size=10_000, learning_starts=32,
+    ...             replay_buffer_class=DistributedReplayBuffer,
     ...             replay_buffer_kwargs={"service": "apex", "flush_every": 16, "timeout": 60})
     >>> _ = model.learn(64)   # its add() writes to the service (every 16 steps), its sample() reads from it
     >>> sum(shard["size"] for shard in svc.info())
@@ -477,7 +478,7 @@ class DistributedReplayBuffer(SB3ReplayFront, ReplayBuffer):
                  handle_timeout_termination: bool = True, *, service: ReplayService | str,
                  decode: str = DECODE_DEFAULT, timeout: float | None = None, threads: int | None = None,
                  prefetch: bool = False, flush_every: int = 256) -> None:
-        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)  # type: ignore[arg-type]
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
         self._sb3_constructor_checks(optimize_memory_usage, handle_timeout_termination)
         if optimize_memory_usage:
             raise ValueError("DistributedReplayBuffer does not take optimize_memory_usage (frames are stored once)")
@@ -487,7 +488,7 @@ class DistributedReplayBuffer(SB3ReplayFront, ReplayBuffer):
                                      prioritized=self._prioritized)
         self.service = self.sampler.service
         spec = self.service.config.spec
-        if tuple(spec.obs_shape) != tuple(self.obs_shape) or spec.action_shape != (self.action_dim,):  # type: ignore[arg-type]
+        if tuple(spec.obs_shape) != tuple(self.obs_shape) or spec.action_shape != (self.action_dim,):
             raise ValueError(f"service {self.service.name!r} stores observations {spec.obs_shape} and actions "
                              f"{spec.action_shape}; this buffer is for {self.obs_shape} and ({self.action_dim},)")
         self.timeout, self.flush_every = timeout, options.count("flush_every", flush_every)
@@ -510,7 +511,7 @@ class DistributedReplayBuffer(SB3ReplayFront, ReplayBuffer):
     def reset(self) -> None:
         raise NotImplementedError("a replay service is not reset from one learner; close it and create another")
 
-    def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:  # type: ignore[override]
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn over all shards (SB3's error for a bad batch size)."""
         return self._samples(self.sampler.sample(self._check_batch_size(batch_size), np.random), env)
 

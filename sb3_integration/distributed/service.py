@@ -337,8 +337,9 @@ def _spec(observation_space: Any, action_space: Any, capacity: int, chunk_len: i
     if isinstance(observation_space, spaces.Dict):
         raise TypeError("the replay service stores Box/Discrete observations; Dict spaces are not supported")
     action_dtype = ReplayBuffer._maybe_cast_dtype(action_space.dtype)
-    return StoreSpec(capacity, tuple(cast("tuple[int, ...]", get_obs_shape(observation_space))), observation_space.dtype,
-                     (get_action_dim(action_space),), action_dtype, chunk_len, threads)
+    obs_shape = tuple(cast("tuple[int, ...]", get_obs_shape(observation_space)))
+    return StoreSpec(capacity, obs_shape, observation_space.dtype, (get_action_dim(action_space),), action_dtype,
+                     chunk_len, threads)
 
 
 def _suppress() -> contextlib.AbstractContextManager[None]:

@@ -39,8 +39,8 @@ raw (``obs``, ``next_obs``). Otherwise the chunks travel compressed: ``chunk_nby
 ``chunk_data`` hold each distinct chunk the batch needs once, and ``frame_ids``
 (``(2 * n, depth)`` int32: obs rows then next-obs rows) number frames in the
 concatenation of those decoded chunks (-1: a zero frame); the learner decodes them with
-the codec of ``codec_version``. Small arrays (actions, rewards, dones, timeouts) are raw. Every reply carries the shard's
-``size`` and ``weight`` (its sampling mass) at the time of the reply, a reply to a
+the codec of ``codec_version``. Small arrays (actions, rewards, dones, timeouts) are raw.
+Every reply carries the shard's ``size`` and ``weight`` (its sampling mass) at the time of the reply, a reply to a
 request for 0 transitions included: that is how learners keep every shard's weight.
 """
 

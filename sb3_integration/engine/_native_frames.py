@@ -20,7 +20,7 @@ _FAR = 255
 
 
 @njit(nogil=True, cache=True)
-def stack_ids(which, rows, envs, slots, deltas, pads, heads, depth, ring, out):  # type: ignore[no-untyped-def]
+def stack_ids(which, rows, envs, slots, deltas, pads, heads, depth, ring, out):
     """Fill ``out`` (n, depth) with the frame ids of stacks ``[which, rows, envs]``; -1 = padding.
 
     Returns how many stacks hold a far delta: their first id is -2 and the caller

@@ -64,11 +64,11 @@ _MEMCMP = memcmp_address()  # at import: a first call later would change how man
 
 
 @intrinsic
-def _memcmp(typingctx, fn, a, b, n):  # type: ignore[no-untyped-def]
+def _memcmp(typingctx, fn, a, b, n):
     """``fn(a, b, n)`` for libc's ``memcmp`` at address ``fn``: 0 when the ``n`` bytes are equal."""
     sig = types.int64(types.int64, types.int64, types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
         fnty = ir.FunctionType(i32, [i8p, i8p, i64])
         ptr = builder.inttoptr(args[0], fnty.as_pointer())
@@ -79,7 +79,7 @@ def _memcmp(typingctx, fn, a, b, n):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _runs_equal(fn, a, b, outer, stride, n):  # type: ignore[no-untyped-def]
+def _runs_equal(fn, a, b, outer, stride, n):
     """``outer`` runs of ``n`` bytes, ``stride`` apart from ``a`` and from ``b``, all equal."""
     if n >= 32 or outer == 1:
         for o in range(outer):  # noqa: SIM110 - a numba kernel: loops, not generators
@@ -96,7 +96,7 @@ def _runs_equal(fn, a, b, outer, stride, n):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _frame_is_zero(src, outer, stride, n):  # type: ignore[no-untyped-def]
+def _frame_is_zero(src, outer, stride, n):
     """Frame at ``src`` (``outer`` runs of ``n`` bytes, ``stride`` apart): every bit zero."""
     x = carray(_u8ptr(src), (outer - 1) * stride + n)
     for o in range(outer):
@@ -109,7 +109,7 @@ def _frame_is_zero(src, outer, stride, n):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _open_address(open_c, open_a, c):  # type: ignore[no-untyped-def]
+def _open_address(open_c, open_a, c):
     for k in range(open_c.size):
         if open_c[k] == c:
             return open_a[k]
@@ -118,7 +118,7 @@ def _open_address(open_c, open_a, c):  # type: ignore[no-untyped-def]
 
 @njit(nogil=True, cache=True)
 def put_pairs(x0, x1, w0, w1, nstacks, row, ring, start, p, heads, released, last_slot, last_pad, has_last,
-              last, slots, deltas, pads, open_c, open_a, full, res):  # type: ignore[no-untyped-def]
+              last, slots, deltas, pads, open_c, open_a, full, res):
     """Store pairs ``start..`` of row ``row``: pair ``e * nstacks + s`` is env ``e``'s stack ``s``.
 
     ``x0``/``x1``: the row's stacks of kinds ``w0``/``w1`` (``x1`` unused with one
@@ -208,7 +208,7 @@ def put_pairs(x0, x1, w0, w1, nstacks, row, ring, start, p, heads, released, las
 
 
 @njit(nogil=True, cache=True)
-def release_bounds(row, depth, chunk_len, used, heads, released, slots, deltas, pads, out):  # type: ignore[no-untyped-def]
+def release_bounds(row, depth, chunk_len, used, heads, released, slots, deltas, pads, out):
     """What :meth:`FrameStore.release_before` frees: ``out[e]`` = env ``e``'s new ``released``.
 
     ``out[e]`` stays at ``released[e]`` where nothing is freed. Returns False (``out``

@@ -520,7 +520,7 @@ class FrameStore(FrameWrites):
         if self.frames.device is not None and self.frames.device.type == "meta":  # before torch's error
             raise ValueError(f"{self.name}: {META_NO_DATA}: it cannot be saved, pickled or captured "
                              "(state_dict)")
-        return self.frames.snapshot(self.codec)  # type: ignore[no-any-return]
+        return self.frames.snapshot(self.codec)
 
     def load_state_dict(self, state: FrameStoreState) -> None:
         """Become ``state`` (from :meth:`state_dict`, a file or a pickle), in one step.

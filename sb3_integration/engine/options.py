@@ -50,7 +50,7 @@ class StoreOptions:
     Examples
     --------
     >>> StoreOptions(codec="zstd3", chunk_len=8).replace(dedup=False)
-    StoreOptions(codec='zstd3', chunk_len=8, cache_bytes=0, tier=None, threads=None, dedup=False, device=None, budget_bytes=None)
+    StoreOptions(codec='zstd3', chunk_len=8, cache_bytes=0, tier=None, threads=None, dedup=False, device=None, ...)
     """
 
     codec: Any = DEFAULT_CODEC  # a codec name or a Codec

@@ -240,7 +240,8 @@ class RawStore:
         return out
 
     def view(self, which: int) -> np.ndarray | None:
-        """The array SB3's code indexes for ``which`` (None: read through ``gather``, ``follow``'s next observations)."""
+        """The array SB3's code indexes for ``which`` (None: read through ``gather``, ``follow``'s next
+        observations)."""
         if self._closed or (self.follow and which != OBS):
             return None
         return self.arrays[which]

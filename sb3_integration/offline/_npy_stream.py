@@ -66,7 +66,7 @@ class CheckpointError(ValueError):
 
 def _open(path: str) -> BinaryIO:
     try:
-        return _gzip_impl.open(path, "rb")  # type: ignore[return-value]
+        return _gzip_impl.open(path, "rb")
     except FileNotFoundError:
         raise CheckpointError(path, "missing checkpoint file") from None
     except OSError as e:

@@ -104,7 +104,8 @@ class ReplayState:
     arrays: dict[str, np.ndarray]
     stores: dict[Any, FrameStoreState | RawStoreState]
     extra: dict[str, Any] = field(default_factory=dict)
-    chunked: dict[str, Any] = field(default_factory=dict)  # small arrays kept compressed (ChunkedArray or ArraySnapshot)
+    #: small arrays kept compressed (ChunkedArray or ArraySnapshot)
+    chunked: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
         """Release the snapshots' hold on the buffer's tiers (a state from a file holds none)."""

@@ -44,7 +44,7 @@ def randint(rng: Any, low: int, high: int, size: Any) -> np.ndarray:
         return np.random.randint(low, high, size=size)  # noqa: NPY002 (SB3's own draw)
     if isinstance(rng, np.random.Generator):
         return rng.integers(low, high, size=size)
-    return rng.randint(low, high, size=size)  # type: ignore[no-any-return]
+    return rng.randint(low, high, size=size)
 
 
 class Sampler:

@@ -42,7 +42,7 @@ def priority_masses(priorities: Any, alpha: float, epsilon: float, *, clamp: boo
     with np.errstate(over="ignore", under="ignore"):
         m = (np.asarray(priorities, np.float64) + epsilon) ** alpha
     if clamp:  # NaN stays NaN
-        return np.where((m > 0) & (m < F32_TINY), F32_TINY, np.minimum(m, _F32_MAX))  # type: ignore[no-any-return]
+        return np.where((m > 0) & (m < F32_TINY), F32_TINY, np.minimum(m, _F32_MAX))
     if m.size and np.nanmax(m, initial=0.0) > _F32_MAX:
         raise ValueError("priorities ** alpha must fit in float32")
     low = m[m > 0].min(initial=np.inf)
@@ -50,7 +50,7 @@ def priority_masses(priorities: Any, alpha: float, epsilon: float, *, clamp: boo
         raise ValueError(f"a mass (priority ** alpha) of {low:g} is below float32's smallest normal "
                          f"({F32_TINY:g}), where float32 holds it imprecisely or as 0: use a priority of 0 "
                          f"(never drawn) or at least the smallest normal, or epsilon > 0")
-    return m  # type: ignore[no-any-return]
+    return m
 
 
 class PrioritizedSampler(Sampler):

@@ -138,8 +138,8 @@ def test_refuses_what_it_cannot_convert():
 
 def test_missing_sb3eb_is_named(tmp_path):
     # a pickle that refers to an sb3-extra-buffers module this installation lacks
-    data = pickle.dumps(sb3eb_buffer(IMAGE, 10, 1, 3)).replace(
-        b"sb3_extra_buffers.compressed.compressed_replay", b"sb3_extra_buffers.compressed.compressed_gone__")  # same length
+    data = pickle.dumps(sb3eb_buffer(IMAGE, 10, 1, 3)).replace(  # the same length
+        b"sb3_extra_buffers.compressed.compressed_replay", b"sb3_extra_buffers.compressed.compressed_gone__")
     (tmp_path / "old.pkl").write_bytes(data)
     with pytest.raises(ImportError, match=r"pip install 'chunkstore-rl\[sb3eb\]'"):
         from_sb3_extra_buffers(tmp_path / "old.pkl")

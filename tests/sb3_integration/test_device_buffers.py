@@ -331,7 +331,8 @@ def test_hdf5_round_trips_into_and_out_of_the_device_store(tmp_path, save_on, lo
     ours.save(path)
     loaded = CompressedReplayBuffer.load(path, device="cpu", buffer_device=load_on)
     on_device = {isinstance(fs.frames, DeviceArray) for fs in loaded.frame_stores.values()}
-    assert on_device == {load_on is not None} and loaded.buffer_device == (None if load_on is None else th.device("cpu"))
+    assert on_device == {load_on is not None}
+    assert loaded.buffer_device == (None if load_on is None else th.device("cpu"))
     assert_same_buffer(ref, loaded)
     for tr in stacked(20, 2, False, 5, 9):
         ref.add(*tr)

@@ -120,7 +120,8 @@ def test_the_old_zoo_path_gives_the_same_objects():
 
 
 def test_the_interop_paths_of_0_2_warn_and_name_the_new_home():
-    with pytest.warns(DeprecationWarning, match="import CodecFallbackWarning from sb3_integration.buffers.extra_buffers"):
+    new_home = "import CodecFallbackWarning from sb3_integration.buffers.extra_buffers"
+    with pytest.warns(DeprecationWarning, match=new_home):
         from sb3_integration.interop.extra_buffers import CodecFallbackWarning
     assert CodecFallbackWarning is sb3_integration.CodecFallbackWarning
     with pytest.warns(DeprecationWarning, match="import convert_into from sb3_integration.buffers.sources"):

@@ -20,7 +20,8 @@ from sb3_integration import (
 
 OBS = spaces.Box(0, 255, (2, 3), np.uint8)
 DICT_OBS = spaces.Dict({"img": OBS})
-CLASSES = {"replay": (CompressedPrioritizedReplayBuffer, OBS), "dict": (CompressedPrioritizedDictReplayBuffer, DICT_OBS),
+CLASSES = {"replay": (CompressedPrioritizedReplayBuffer, OBS),
+           "dict": (CompressedPrioritizedDictReplayBuffer, DICT_OBS),
            "nstep": (CompressedPrioritizedNStepReplayBuffer, OBS)}
 
 
