@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = {**base, "n_envs": n_envs}
             res = _measure(cfg) if glibc is None else run_fresh(__file__, cfg, glibc=glibc)
             results.append({"glibc": glibc or "in-process", **cfg, **res})
-    lines = [f"add() per transition, {args.game} (4, 84, 84) uint8, capacity {args.capacity} rows, "
+    lines = [f"add() per transition, {args.game} (4, 84, 84) uint8, capacity {args.capacity} transitions, "
              f"{args.rounds} rounds x {args.block} adds per arm, interleaved (medians, "
              f"{'thread CPU' if args.cpu else 'wall'} time; ratios within each round)",
              "| glibc | n_envs | arm | µs / transition | / SB3 opt=True |", "|---|---|---|---|---|"]
