@@ -1,20 +1,21 @@
 """Single-transition ``add()`` cost on real MsPacman stacks: SB3 (both layouts) against ours, in one process.
 
-    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--cpu] [--encode-free] \
-        [--out results/bench_add.json]
+    python tools/bench_add.py [--rounds 9] [--block 1000] [--capacity 10000] [--n-envs 1 8]
+        [--glibc default spared] [--cpu] [--encode-free] [--out results/bench_add.json]
 
 Real frames: ``collect_stacked`` from ``tools/atari_data.py`` (SB3's own Atari pipeline, a
-uniformly random policy, (4, 84, 84) uint8, 1 env; cached under ``./data``). Each arm is a
-buffer of ``--capacity`` rows, filled once before timing (steady state: every page touched,
-ours past its first chunk and wrapping), then timed in blocks of ``--block`` adds, the arms
-alternated within a round and their order rotated between rounds. The figures are the
-median over rounds of each arm's µs per add and of its ratio to SB3 with
-``optimize_memory_usage=True`` in the same round (the machine is shared and noisy: compare
-the ratios). Arms: SB3 ``ReplayBuffer`` (``optimize_memory_usage`` False and True) and
-``CompressedReplayBuffer`` with its defaults. ``--encode-free`` adds a diagnostic arm: ours
-with its codec's ``encode`` replaced, after the warm-up fill, by one that returns the same stored
-blob for every chunk (what an add costs without the compression; that buffer's contents are
-garbage, it is never read).
+uniformly random policy, (4, 84, 84) uint8, ``--n-envs`` envs; cached under ``./data``).
+``--steps`` and ``--capacity`` count transitions (divided by n_envs into steps and rows). Each
+arm is filled once before timing (steady state: every page touched, ours wrapping), then timed
+in blocks of ``--block`` adds, the arms alternated within a round and their order rotated
+between rounds. The figures are the median over rounds of each arm's µs per transition and of
+its ratio to SB3 with ``optimize_memory_usage=True`` in the same round (the machine is shared
+and noisy: compare the ratios). With ``--glibc`` each (glibc, n_envs) runs in a fresh child
+under those malloc settings (``tools/_bench_common.GLIBC``). Arms: SB3 ``ReplayBuffer``
+(``optimize_memory_usage`` False and True) and ``CompressedReplayBuffer`` with its defaults.
+``--encode-free`` adds a diagnostic arm: ours with its codec's ``encode`` replaced, after the
+warm-up fill, by one that returns the same stored blob for every chunk (what an add costs
+without the compression; that buffer's contents are garbage, it is never read).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+from _bench_common import GLIBC, run_fresh, save_results  # noqa: E402
 
-def _arms(capacity: int, encode_free: bool = False) -> dict[str, Any]:
+
+def _arms(capacity: int, encode_free: bool = False, n_envs: int = 1) -> dict[str, Any]:
     from gymnasium import spaces
     from stable_baselines3.common.buffers import ReplayBuffer
 
@@ -40,11 +43,12 @@ def _arms(capacity: int, encode_free: bool = False) -> dict[str, Any]:
 
     obs_space, act_space = spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(9)
     return {
-        "SB3 opt=False": ReplayBuffer(capacity, obs_space, act_space, "cpu"),
-        "SB3 opt=True": ReplayBuffer(capacity, obs_space, act_space, "cpu", optimize_memory_usage=True,
-                                     handle_timeout_termination=False),
-        "ours (default)": CompressedReplayBuffer(capacity, obs_space, act_space, "cpu"),
-        **({"ours, encode free (diagnostic)": CompressedReplayBuffer(capacity, obs_space, act_space, "cpu")}
+        "SB3 opt=False": ReplayBuffer(capacity, obs_space, act_space, "cpu", n_envs=n_envs),
+        "SB3 opt=True": ReplayBuffer(capacity, obs_space, act_space, "cpu", n_envs=n_envs,
+                                     optimize_memory_usage=True, handle_timeout_termination=False),
+        "ours (default)": CompressedReplayBuffer(capacity, obs_space, act_space, "cpu", n_envs=n_envs),
+        **({"ours, encode free (diagnostic)": CompressedReplayBuffer(capacity, obs_space, act_space, "cpu",
+                                                                     n_envs=n_envs)}
            if encode_free else {}),
     }
 
@@ -68,60 +72,83 @@ def _encode_free(buf: Any, tr: Any) -> None:
     codec.encode = lambda raw: blob  # the instance only: the other arms keep theirs
 
 
+def _measure(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One configuration (``game, steps, n_envs, capacity, block, rounds, cpu, encode_free``), timed here."""
+    import torch as th
+    from atari_data import collect_stacked
+
+    th.set_num_threads(1)
+    clock = time.thread_time if cfg["cpu"] else time.perf_counter
+    n = cfg["n_envs"]  # --steps and --capacity count transitions: the same frames and bytes at every n_envs
+    tr = collect_stacked(cfg["game"], max(cfg["steps"] // n, 64), n_envs=n, seed=0)
+    rows = max(cfg["capacity"] // n, 64)
+    arms = _arms(rows, cfg["encode_free"], n)
+    fill = rows + 1  # every page touched, ours wrapping
+    cursor = dict.fromkeys(arms, fill)
+    for buf in arms.values():  # warm-up: fill once, so every arm is timed at steady state
+        _adds(buf, tr, 0, fill)
+    if cfg["encode_free"]:  # after the fill: the codec is trained by then (training replaces it)
+        _encode_free(arms["ours, encode free (diagnostic)"], tr)
+    names = list(arms)
+    per: dict[str, list[float]] = {n: [] for n in names}
+    ratio: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(cfg["rounds"]):
+        order = names[r % len(names):] + names[: r % len(names)]
+        got = {}
+        for name in order:
+            got[name] = _adds(arms[name], tr, cursor[name], cfg["block"], clock)
+            cursor[name] += cfg["block"]
+        for name in names:
+            per[name].append(got[name] * 1e6 / cfg["n_envs"])  # per transition
+            ratio[name].append(got[name] / got["SB3 opt=True"])
+    return {**cfg, "rows": [{"arm": n, "us_per_transition": float(np.median(per[n])),
+                             "vs_sb3_opt_true": float(np.median(ratio[n])), "us_rounds": per[n],
+                             "ratio_rounds": ratio[n]} for n in names]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--game", default="MsPacman")
-    p.add_argument("--steps", type=int, default=3000, help="real transitions collected, then cycled")
-    p.add_argument("--capacity", type=int, default=10_000)
-    p.add_argument("--block", type=int, default=1000, help="adds per arm per round")
+    p.add_argument("--steps", type=int, default=3000, help="real transitions collected (steps x n_envs), then cycled")
+    p.add_argument("--capacity", type=int, default=10_000, help="transitions (buffer_size x n_envs)")
+    p.add_argument("--block", type=int, default=1000, help="add() calls per arm per round")
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--n-envs", type=int, nargs="+", default=[1])
+    p.add_argument("--glibc", nargs="+", default=None, choices=sorted(GLIBC),
+                   help="run each configuration in a fresh child under these malloc settings (default: in-process)")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--config", default=None, help=argparse.SUPPRESS)  # child mode (run_fresh)
     p.add_argument("--cpu", action="store_true",
                    help="time with the calling thread's CPU time (time.thread_time) instead of wall time: "
                         "steadier on a shared machine (add() runs on the calling thread only)")
     p.add_argument("--encode-free", action="store_true",
                    help="add a diagnostic arm: ours with every chunk's encode replaced by a stored blob")
     args = p.parse_args(argv)
-    clock = time.thread_time if args.cpu else time.perf_counter
-
-    import torch as th
-    from atari_data import collect_stacked
-
-    th.set_num_threads(1)
-    tr = collect_stacked(args.game, args.steps, n_envs=1, seed=0)
-    arms = _arms(args.capacity, args.encode_free)
-    cursor = dict.fromkeys(arms, 0)
-    for name, buf in arms.items():  # warm-up: fill once, so every arm is timed at steady state
-        _adds(buf, tr, 0, args.capacity + 1)
-        cursor[name] = args.capacity + 1
-    if args.encode_free:  # after the fill: the codec is trained by then (training replaces it)
-        _encode_free(arms["ours, encode free (diagnostic)"], tr)
-    names = list(arms)
-    per: dict[str, list[float]] = {n: [] for n in names}
-    ratio: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        got = {}
-        for name in order:
-            got[name] = _adds(arms[name], tr, cursor[name], args.block, clock)
-            cursor[name] += args.block
-        for name in names:
-            per[name].append(got[name] * 1e6)
-            ratio[name].append(got[name] / got["SB3 opt=True"])
-    rows = [{"arm": n, "add_us": float(np.median(per[n])), "vs_sb3_opt_true": float(np.median(ratio[n])),
-             "add_us_rounds": per[n], "ratio_rounds": ratio[n]} for n in names]
-    lines = [f"add() per call, {args.game} (4, 84, 84) uint8, 1 env, capacity {args.capacity}, "
-             f"{args.rounds} rounds x {args.block} adds (medians, {'thread CPU' if args.cpu else 'wall'} time)",
-             "| arm | µs / add | / SB3 opt=True |", "|---|---|---|"]
-    lines += [f"| {r['arm']} | {r['add_us']:.1f} | {r['vs_sb3_opt_true']:.2f} |" for r in rows]
+    if args.config:
+        print(json.dumps(_measure(json.loads(args.config))))
+        return 0
+    base = {"game": args.game, "steps": args.steps, "capacity": args.capacity, "block": args.block,
+            "rounds": args.rounds, "cpu": args.cpu, "encode_free": args.encode_free}
+    results = []
+    for glibc in args.glibc or [None]:
+        for n_envs in args.n_envs:
+            cfg = {**base, "n_envs": n_envs}
+            res = _measure(cfg) if glibc is None else run_fresh(__file__, cfg, glibc=glibc)
+            results.append({"glibc": glibc or "in-process", **cfg, **res})
+    lines = [f"add() per transition, {args.game} (4, 84, 84) uint8, capacity {args.capacity} transitions, "
+             f"{args.rounds} rounds x {args.block} adds per arm, interleaved (medians, "
+             f"{'thread CPU' if args.cpu else 'wall'} time; ratios within each round)",
+             "| glibc | n_envs | arm | µs / transition | / SB3 opt=True |", "|---|---|---|---|---|"]
+    for res in results:
+        if "error" in res:
+            lines.append(f"| {res['glibc']} | {res['n_envs']} | error: {res['error'][:80]} | | |")
+            continue
+        lines += [f"| {res['glibc']} | {res['n_envs']} | {r['arm']} | {r['us_per_transition']:.1f} "
+                  f"| {r['vs_sb3_opt_true']:.2f} |" for r in res["rows"]]
     print("\n".join(lines))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "game": args.game,
-                                        "capacity": args.capacity, "block": args.block, "rounds": args.rounds,
-                                        "clock": "thread_time" if args.cpu else "perf_counter",
-                                        "frames": "real (atari_data.collect_stacked, random policy, seed 0)",
-                                        "rows": rows}, indent=1))
+    save_results(args.out, {"when": time.strftime("%Y-%m-%d %H:%M:%S"),
+                            "frames": "real (atari_data.collect_stacked, random policy, seed 0)",
+                            "results": results}, "\n".join(lines))
     return 0
 
 
