@@ -111,7 +111,9 @@ def draw(sampler, k, batch=256, rng=None):
 def test_a_learner_started_before_any_writer_samples_writers_that_join_later():
     svc = service(n_shards=2)
     try:
-        learner = DistributedReplayBuffer(100, OBS, ACT, device="cpu", service=svc.name, timeout=30)
+        # the first sample waits for a writer actor to start and insert: on a loaded 2-core box that took
+        # over 30 s once (RateLimiterTimeout in the thread), so the wait is generous
+        learner = DistributedReplayBuffer(100, OBS, ACT, device="cpu", service=svc.name, timeout=150)
         sampler = learner.sampler
         th_batch = {}
 
@@ -121,7 +123,7 @@ def test_a_learner_started_before_any_writer_samples_writers_that_join_later():
         t = threading.Thread(target=first)
         t.start()
         assert add_writer(svc, 1, 300, 11) == 0
-        t.join(60)
+        t.join(180)
         assert not t.is_alive() and set(th_batch["b"]["shard"].tolist()) == {0}
         draw(sampler, 2)
         assert add_writer(svc, 2, 150, 22) == 1  # joins after the learner's first batches

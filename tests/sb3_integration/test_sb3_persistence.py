@@ -228,8 +228,8 @@ def test_saved_state_covers_every_attribute():
                     "store_options", "small_arrays", "_columns", "obs_shape", "action_dim", "observations",
                     "next_observations", "_plan", "_memo", "_owned", "_lock", "buffer_device",
                     # each key's storage (saved as the stores' kinds), a key awaiting its first add,
-                    # and whether a sample is SB3's code alone (rebuilt with the views)
-                    "_storage", "_undecided", "_lean",
+                    # and whether a sample is SB3's code alone or the lean frame path (rebuilt with the views)
+                    "_storage", "_undecided", "_lean", "_lean_frames",
                     *SMALL_ARRAYS}
     # sb3-extra-buffers' options (sb3_integration.buffers.extra_buffers): saved as constructor arguments, or rebuilt
     compat = {"dtypes", "compression_kwargs", "decompression_kwargs", "normalize_images", "output_dtype",
