@@ -326,7 +326,7 @@ class _CompressedReplayMixin(PrefetchFront, BufferSizes, PickledBuffer, ReplayFi
         else:
             self.observations, self.next_observations = views[OBS], views[NEXT]
         self._lean = self._columns is None and all(type(s) is RawStore for s in self._stores.values())
-        self._lean_frames = lean_frames(self, _CompressedReplayMixin._get_samples)  # compressed: _lean_frames
+        self._lean_frames = lean_frames(self, _CompressedReplayMixin._get_samples)  # one host frame store
 
     # -- writing ---------------------------------------------------------------------------
     def add(self, obs: Any, next_obs: Any, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
