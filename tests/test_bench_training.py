@@ -59,3 +59,30 @@ def test_bench_training_drq_rgb_and_ppo_atari_run_both_arms_at_a_tiny_size(tmp_p
     # SB3's draws without prefetch: the encoder ends where SB3's does; PPO's rollout buffer too
     assert rows[1]["params_equal_sb3"] == "yes" and rows[4]["params_equal_sb3"] == "yes"
     assert data["config"]["rgb_source"] == "synthetic"
+
+
+def test_time_calls_counts_the_seconds_spent_in_the_wrapped_methods_and_keeps_their_results():
+    import time
+
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import bench_training
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+
+    class Buffer:
+        def add(self, x):
+            time.sleep(0.02)
+            return x + 1
+
+        def sample(self, n):
+            raise ValueError(f"no {n}")
+
+    buf = Buffer()
+    total = bench_training._time_calls(buf, ("add", "sample"))
+    assert total == [0.0]
+    assert buf.add(1) == 2
+    with pytest.raises(ValueError, match="no 3"):
+        buf.sample(3)  # an exception still counts its time and reaches the caller
+    assert 0.02 <= total[0] < 1.0
+    assert Buffer().add(1) == 2 and "add" not in vars(Buffer())  # only that instance is wrapped

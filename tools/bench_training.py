@@ -139,11 +139,34 @@ def _algorithm(cfg: dict[str, Any]) -> dict[str, Any]:
         model = (TD3 if scenario.startswith("td3") else SAC)("MlpPolicy", env, **common)
     th.set_num_threads(1)
     model.learn(cfg["learning_starts"])  # collection only: no gradient step yet
+    in_buffer = _time_calls(model.replay_buffer, ("add", "sample"))
     c0, t0 = time.process_time(), time.perf_counter()
     model.learn(cfg["steps"], reset_num_timesteps=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"env": env_name, "steps_per_s": cfg["steps"] / wall, "steps_per_cpu_s": cfg["steps"] / cpu,
-            "wall_s": wall, "params_sha": _params_sha(model), "n_updates": int(model._n_updates)}
+            "wall_s": wall, "buffer_ms_per_step": 1000 * in_buffer[0] / cfg["steps"],
+            "params_sha": _params_sha(model), "n_updates": int(model._n_updates)}
+
+
+def _time_calls(obj: Any, methods: tuple[str, ...]) -> list[float]:
+    """Add the seconds spent in ``obj``'s ``methods`` to the returned one-element list, from now on.
+
+    The buffer's own share of a training step: the machine's drift moves the whole step, of which
+    the buffer is a small part, so the steps/s of two processes can differ by more than the buffer costs.
+    """
+    total = [0.0]
+    for name in methods:
+        method = getattr(obj, name)
+
+        def timed(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                total[0] += time.perf_counter() - t0
+
+        setattr(obj, name, timed)  # the instance's attribute: SB3 calls self.replay_buffer.add / .sample
+    return total
 
 
 def _loop(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -292,6 +315,10 @@ def _summary(scenario: str, glibc: str, runs: dict[str, list[dict[str, Any]]]) -
             "ratio": best / best_sb3 if best and best_sb3 else None,
             "round_ratios": " / ".join(f"{x:.2f}" for x in ratios) if arm != "sb3" else "",
             "sample_wait_ms": min((r["sample_wait_ms"] for r in good if "sample_wait_ms" in r), default=None),
+            "buffer_ms_per_step": statistics.median(r["buffer_ms_per_step"] for r in good)
+            if good and all("buffer_ms_per_step" in r for r in good) else None,
+            "buffer_share": statistics.median(r["buffer_ms_per_step"] * r["steps_per_s"] / 1000 for r in good)
+            if good and all("buffer_ms_per_step" in r for r in good) else None,
             "params_equal_sb3": {None: "", True: "yes", False: "no"}[same],
             "errors": [r["error"] for r in rs if "error" in r],
         })
@@ -356,10 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     md = (f"Training steps/s, SB3's buffer against ours: {args.rounds} rounds, arms alternating, each arm a "
           f"fresh process, torch 1 thread; {args.steps} timed steps after {args.learning_starts}; prefetch "
           f"{args.prefetch}; loop learner step {args.step_ms} ms off the GIL. steps/s: best round; ratio: best "
-          f"over SB3's best; round ratios: each round against SB3's of the same round.\n\n")
+          f"over SB3's best; round ratios: each round against SB3's of the same round; in add() + sample(): the "
+          f"time an algorithm's step spends inside the buffer (SAC / TD3 / DQN), median over rounds.\n\n")
     md += md_table(rows, [("scenario", "scenario"), ("glibc", "glibc"), ("arm", "arm"), ("env", "env"),
                           ("steps_per_s", "steps/s"), ("ratio", "x SB3"), ("round_ratios", "rounds x SB3"),
-                          ("sample_wait_ms", "sample() wait ms (median)"), ("params_equal_sb3", "params = SB3")])
+                          ("sample_wait_ms", "sample() wait ms (median)"),
+                          ("buffer_ms_per_step", "in add() + sample() ms/step (median)"),
+                          ("buffer_share", "share of a step"), ("params_equal_sb3", "params = SB3")])
     print(md)
     save_results(args.out, {"config": {**base, "rounds": args.rounds, "glibc": args.glibc}, "rows": rows,
                             "runs": raw}, md)

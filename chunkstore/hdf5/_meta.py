@@ -47,6 +47,7 @@ from chunkstore.hdf5._layout import (
     raw_bytes,
 )
 from chunkstore.hdf5.checksum import check_crc, crc32, record_crc
+from chunkstore.validate import is_int
 
 __all__ = ["ArrayMeta", "Header", "chunk_locations", "open_file", "read_array_meta",
            "read_extra", "read_header"]
@@ -183,13 +184,13 @@ def read_header(f: h5py.File, path: str) -> Header:
             raise FormatError(f"{path} is an HDF5 file but not a chunkstore file "
                               f"(format attribute {_short(repr(fmt))}, expected {FORMAT_NAME!r})")
         version = attr_value(f, "format_version")
-        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+        if not is_int(version, 1, FORMAT_VERSION):
             raise FormatError(f"{path} has chunkstore format version {_short(repr(version))}; this "
                               f"chunkstore reads versions 1..{FORMAT_VERSION} (upgrade chunkstore)")
         checksums = _read_checksums(f, path) if version >= 2 else None
         if checksums is not None:
             _expect(record_crc(header_record(f)), checksums["header"], path, "the header")
-        header = Header(path, version, str(attr_value(f, "chunkstore_version") or ""),
+        header = Header(path, int(version), str(attr_value(f, "chunkstore_version") or ""),
                         str(attr_value(f, "created") or ""), _json(f, "attrs", dict),
                         _json(f, "arrays", list), _json(f, "extras", list), checksums)
     _check_names(header)
@@ -262,7 +263,7 @@ def _geometry(dset: h5py.Dataset, name: str, path: str, version: int) -> ArrayMe
     L, capacity = _positive(a["chunk_len"], "chunk_len"), _positive(a["capacity"], "capacity")
     G = _positive(a[GROUP_ATTR], GROUP_ATTR) if version >= 3 else 1
     item_shape = tuple(json.loads(a["item_shape"]))
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in item_shape):
+    if not all(is_int(d, 1) for d in item_shape):
         raise ValueError(f"item_shape {item_shape} is not a tuple of positive ints")
     dtype = dtype_from_json(attr_value(dset, "dtype"))
     if dset.shape != (capacity, *item_shape) or dset.chunks != (G * L, *item_shape) or capacity < G * L:

@@ -33,6 +33,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from chunkstore.validate import is_int
+
 try:  # python-isal: the same gzip format, decoded several times faster
     from isal import igzip as _gzip_impl
 except ImportError:  # pragma: no cover - the dev extra installs isal
@@ -324,8 +326,7 @@ def read_pickled_int_set(path: str, capacity: int) -> np.ndarray:
         value = _IntSetUnpickler(io.BytesIO(raw)).load()
     except Exception as e:
         raise CheckpointError(path, f"not a pickled set of indices ({type(e).__name__}: {e})") from None
-    if not isinstance(value, (set, frozenset)) or not all(
-            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, (set, frozenset)) or not all(is_int(v) for v in value):
         raise CheckpointError(path, "not a pickled set of indices")
     ends = sorted(int(v) for v in value)
     if ends and (ends[0] < 0 or ends[-1] >= capacity):  # checked as Python ints: 2**80 is no OverflowError

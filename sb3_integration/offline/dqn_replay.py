@@ -25,6 +25,7 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.utils import get_device
 
 from chunkstore.hdf5 import load as load_store
+from chunkstore.validate import is_int
 from sb3_integration.offline.dopamine import n_step_returns
 
 __all__ = ["FILE_KIND", "DQNReplayBuffer"]
@@ -135,7 +136,7 @@ class DQNReplayBuffer:
         """Global indices as int64, each checked to lie within ``0 .. n_positions - 1`` before the
         cast (IndexError naming the value: 2**63 is not read as -2**63, nor an OverflowError)."""
         g = np.asarray(indices).reshape(-1)
-        if g.dtype == object and all(isinstance(v, int) and not isinstance(v, bool) for v in g.tolist()):
+        if g.dtype == object and all(is_int(v) for v in g.tolist()):
             values = g.tolist()  # Python ints beyond 64 bits: none can be a position
             bad = min(values) if min(values) < 0 else max(values)
             raise IndexError(f"indices must lie within 0..{self.n_positions - 1}, got {bad}")

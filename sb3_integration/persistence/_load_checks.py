@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.errors import FormatError
+from chunkstore.validate import is_int
 
 __all__ = ["check_saved_buffer"]
 
@@ -127,8 +128,7 @@ def _check_raw_store(meta: Mapping[str, Any], store: Any, prefix: str, size: int
             raise FormatError(f"{path}: {prefix} {name} {meta.get(name)!r} differs from the buffer's")
     spr = _int(meta, "stacks_per_row", path, lo=1, hi=2)
     shape = meta.get("obs_shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                              for d in shape):
+    if not isinstance(shape, list) or not all(is_int(d, 0) for d in shape):
         raise FormatError(f"{path}: {prefix} obs_shape {shape!r} is not a list of sizes")
     follow = meta.get("follow")
     if not isinstance(follow, bool):

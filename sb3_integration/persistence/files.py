@@ -66,6 +66,7 @@ import numpy as np
 from chunkstore import ChunkedArray, ChunkstoreError, FormatError, Tier
 from chunkstore import hdf5 as fmt
 from chunkstore.array import ArraySnapshot
+from chunkstore.validate import is_int
 from sb3_integration.engine.frame_state import FAR, UNWRITTEN, FrameStoreState, check_own_state
 from sb3_integration.engine.raw import RAW, RawStoreState
 from sb3_integration.engine.stacking import StackLayout
@@ -362,9 +363,9 @@ def _chunked(h5: fmt.Store, name: str) -> ChunkedArray:
 
 
 def _int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
+    if not is_int(v):
         raise ValueError(f"{name} must be an integer, got {v!r}")
-    return v
+    return int(v)
 
 
 def _bool(v: Any, name: str) -> bool:
