@@ -43,10 +43,10 @@ def check_books(arr: DeviceArray) -> None:
     heap = arr._heap
     sizes = arr._record_sizes(items)
     has = items["addr"] >= 0
-    held = np.bincount(items["addr"][has] // heap.segment_bytes, weights=sizes[has], minlength=heap._live.size)
-    assert (heap._live >= held).all(), "a segment counts fewer live bytes than its records"
-    assert heap._used[np.unique(items["addr"][has] // heap.segment_bytes)].all(), "a record in a freed segment"
-    assert heap.budget.used == heap._nslots * heap.segment_bytes
+    held = np.bincount(items["addr"][has] // heap.segment_bytes, weights=sizes[has], minlength=heap._segs.live.size)
+    assert (heap._segs.live >= held).all(), "a segment counts fewer live bytes than its records"
+    assert heap._segs.used[np.unique(items["addr"][has] // heap.segment_bytes)].all(), "a record in a freed segment"
+    assert heap.budget.used == heap._arena.nslots * heap.segment_bytes
 
 
 @pytest.mark.parametrize("budget", [None, 512])  # 512: two segments on the device, the rest spill
