@@ -301,7 +301,7 @@ def device_books(ours) -> bool:
     encoded against it, every heap segment at least the bytes of its items' records, and no item's
     record lies in a freed segment (a count below its users recycles a row or segment still read)."""
     arr = ours.frame_stores[None].frames
-    items, pool, heap = arr._items, arr._pool, arr._heap
+    items, pool, heap = arr._table.items, arr._pool, arr._heap
     users = np.bincount(items["ref"][items["ref"] > 0], minlength=pool.count.size)
     has = items["addr"] >= 0
     held = np.bincount(items["addr"][has] // heap.segment_bytes, weights=arr._record_sizes(items)[has],
