@@ -301,13 +301,13 @@ def device_books(ours) -> bool:
     encoded against it, every heap segment at least the bytes of its items' records, and no item's
     record lies in a freed segment (a count below its users recycles a row or segment still read)."""
     arr = ours.frame_stores[None].frames
-    items, pool, heap = arr._items, arr._pool, arr._heap
+    items, pool, heap = arr._table.items, arr._pool, arr._heap
     users = np.bincount(items["ref"][items["ref"] > 0], minlength=pool.count.size)
     has = items["addr"] >= 0
     held = np.bincount(items["addr"][has] // heap.segment_bytes, weights=arr._record_sizes(items)[has],
-                       minlength=heap._live.size)
-    return bool((pool.count >= users).all() and (heap._live >= held).all()
-                and heap._used[np.unique(items["addr"][has] // heap.segment_bytes)].all())
+                       minlength=heap._segs.live.size)
+    return bool((pool.count >= users).all() and (heap._segs.live >= held).all()
+                and heap._segs.used[np.unique(items["addr"][has] // heap.segment_bytes)].all())
 
 
 def run_spill(n_envs: int, heap_bytes: int, seconds: float, seed: int) -> dict:

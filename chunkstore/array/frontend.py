@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -127,8 +127,11 @@ class WriteFrontEnd:
     dtype: np.dtype
     chunk_len: int
     name: str
-    capacity: int  # a property (ChunkedArray) or an attribute (DeviceArray)
     _lock: threading.RLock
+
+    if TYPE_CHECKING:  # a read-only property of both arrays (their chunk or item table holds it)
+        @property
+        def capacity(self) -> int: ...
 
     # -- public writes ---------------------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:

@@ -14,7 +14,8 @@ Knows nothing about RL. One idea per module:
 * :mod:`~chunkstore.device.staging`: host (pinned) buffers for uploads;
 * :mod:`~chunkstore.device.batch`: the host half of a read (one upload per batch);
 * :mod:`~chunkstore.device.persist`: to and from host ChunkedArrays and their snapshots;
-* :mod:`~chunkstore.device.indices`: ChunkedArray's indexing rules for the write side;
+* :mod:`~chunkstore.device.indices`: ChunkedArray's indexing rules for the write side,
+  and the table of a DeviceArray's items;
 * :mod:`~chunkstore.device.array`: :class:`DeviceArray`, ChunkedArray's write side
   with device-tensor reads;
 * :mod:`~chunkstore.device._fork`: forked children of a process with a CPU store keep

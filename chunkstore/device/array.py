@@ -28,8 +28,9 @@ array from a snapshot, a ChunkedArray or its pickled state.
 Interrupts. Each item's entry (reference, record address, run and byte counts) is
 one row of one structured table, changed by one numpy assignment, and a chunk's new
 records are installed before the old ones are freed; a remap installs its new tables
-in one step. An exception at any line leaves every item reading as before or after;
-at worst some device bytes or a reference are never freed.
+in one step (a new :class:`~chunkstore.device.indices.ItemTable`). An exception at any
+line leaves every item reading as before or after; at worst some device bytes or a
+reference are never freed.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from chunkstore.device.batch import encode_open, upload_batch
 from chunkstore.device.decode import decode
 from chunkstore.device.dtypes import carrier_dtype, torch_dtype
 from chunkstore.device.heap import DEFAULT_SEGMENT_BYTES, DeviceBudget, DeviceHeap
-from chunkstore.device.indices import normalize_indices, ranks
+from chunkstore.device.indices import ItemTable, normalize_indices, ranks
 from chunkstore.device.persist import export_chunked, host_array, import_chunked, snapshot_of
 from chunkstore.device.policy import WINDOW, ReferencePolicy
 from chunkstore.device.refs import ReferencePool
@@ -121,7 +122,6 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
     ) -> None:
         capacity, self.item_shape, self.dtype, self.chunk_len, self.max_open = check_geometry(
             capacity, item_shape, dtype, chunk_len, max_open)
-        self.capacity = capacity
         self.name = name or "device-array"
         self._torch = torch = _import_torch()
         self.device = torch.device(device)
@@ -137,11 +137,9 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
         self._carrier = carrier_dtype(self._tdtype)  # the dtype decoding gathers in
         wide = self._item_nbytes > 0xFFFF  # run and byte counts of larger items need 32 bits
         count_dtype = np.uint32 if wide else np.uint16
-        # per item, one row: reference row, record address (virtual, -1: none), runs, value bytes
         self._entry = np.dtype([("ref", np.int32), ("addr", np.int64), ("nw", count_dtype), ("nv", count_dtype)])
-        self._items = self._blank_items(self.capacity)
-        self._stored = np.zeros(self.nchunks_total, bool)  # chunks sealed since their last discard
-        self._open: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()  # rows, written
+        self._table = ItemTable(capacity, self._blank_items(capacity), np.zeros(-(-capacity // self.chunk_len), bool),
+                             OrderedDict())
         if segment_bytes is None:  # small arrays get small segments; every segment holds 4+ records
             fit = self.capacity * self.fmt.record_bound // 4
             segment_bytes = max(4 * self.fmt.record_bound, min(DEFAULT_SEGMENT_BYTES, max(fit, 64 << 10)))
@@ -165,6 +163,11 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
         return items
 
     # -- geometry and sizes -------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """Number of items."""
+        return self._table.capacity
+
     @property
     def nchunks_total(self) -> int:
         return -(-self.capacity // self.chunk_len)
@@ -195,12 +198,12 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
     @property
     def index_nbytes(self) -> int:
         """Host bytes of the per-item index (reference, address, counts) and chunk flags."""
-        return int(self._items.nbytes + self._stored.nbytes)
+        return int(self._table.items.nbytes + self._table.stored.nbytes)
 
     @property
     def host_nbytes(self) -> int:
         """Host bytes held: index, open chunks, spilled segments, staging, reference copies."""
-        opened = sum(b.nbytes + w.nbytes for b, w in self._open.values())
+        opened = sum(b.nbytes + w.nbytes for b, w in self._table.open.values())
         staging = self._staging.nbytes + self._scratch.nbytes
         return self.index_nbytes + opened + staging + self._heap.host_nbytes + self._pool.host_nbytes
 
@@ -223,7 +226,7 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
         ``tier``: spilled segments, staging buffers, reference copies; ``open_chunks``:
         raw open chunks; ``chunk_table``: the per-item index. Device memory is :attr:`nbytes`.
         """
-        opened = sum(b.nbytes + w.nbytes for b, w in self._open.values())
+        opened = sum(b.nbytes + w.nbytes for b, w in self._table.open.values())
         return {"tier": self.host_nbytes - self.index_nbytes - opened, "open_chunks": opened,
                 "spare_buffers": 0, "chunk_table": self.index_nbytes}
 
@@ -235,11 +238,11 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
     @property
     def nchunks(self) -> int:
         """Number of sealed chunks."""
-        return int(np.count_nonzero(self._stored))
+        return int(np.count_nonzero(self._table.stored))
 
     def stored_chunks(self) -> np.ndarray:
         """Indices of the sealed chunks (``flush()`` first to include open ones)."""
-        return np.flatnonzero(self._stored)
+        return np.flatnonzero(self._table.stored)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -249,7 +252,7 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
             "device": str(self.device),
             "chunk_len": self.chunk_len,
             "nchunks": self.nchunks,
-            "nopen": len(self._open),
+            "nopen": len(self._table.open),
             "nbytes": self.nbytes,
             "record_nbytes": self.record_nbytes,
             "reference_nbytes": self.reference_nbytes,
@@ -288,7 +291,7 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
     def _write_run(self, start: int, vals: np.ndarray) -> None:
         for c, r0, r1, k in self._pieces(start, len(vals)):
             part = vals[k:k + r1 - r0]
-            if r0 == 0 and r1 == self._rows(c) and c not in self._open:
+            if r0 == 0 and r1 == self._rows(c) and c not in self._table.open:
                 self._seal_rows(c, np.arange(r1), part)  # a whole chunk: encode straight from the input
             else:
                 buf, written = self._open_chunk(c)
@@ -302,15 +305,15 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
         Rows not written keep their stored records, so opening a sealed chunk
         decodes nothing.
         """
-        entry = self._open.get(c)
+        entry = self._table.open.get(c)
         if entry is not None:
-            self._open.move_to_end(c)
+            self._table.open.move_to_end(c)
             return entry
         rows = self._rows(c)
         entry = (np.zeros((rows, *self.item_shape), self.dtype), np.zeros(rows, bool))
-        self._open[c] = entry
-        while len(self._open) > self.max_open:
-            self._seal(next(iter(self._open)))
+        self._table.open[c] = entry
+        while len(self._table.open) > self.max_open:
+            self._seal(next(iter(self._table.open)))
         return entry
 
     def _after_write(self, c: int, last_row: int) -> None:
@@ -318,24 +321,24 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
             self._seal(c)
 
     def _seal(self, c: int) -> None:
-        buf, written = self._open[c]
+        buf, written = self._table.open[c]
         rows = np.flatnonzero(written)
         self._seal_rows(c, rows, buf[rows])
-        del self._open[c]
+        del self._table.open[c]
 
     def _seal_rows(self, c: int, rows: np.ndarray, vals: np.ndarray) -> None:
         """Encode items ``c * chunk_len + rows`` (values ``vals``) and replace their records."""
         ids = c * self.chunk_len + rows
-        self._stored[c] = True  # first: a chunk whose records may change is always one a snapshot keeps
+        self._table.stored[c] = True  # first: a chunk whose records may change is always one a snapshot keeps
         if ids.size and self._item_nbytes:
             items = np.ascontiguousarray(vals).reshape(len(ids), -1).view(np.uint8)
-            before = int(self._items["ref"][ids[0] - 1]) if ids[0] > 0 else 0
+            before = int(self._table.items["ref"][ids[0] - 1]) if ids[0] > 0 else 0
             refs = self._policy.choose(c, before, items)
             meta = encode_items(items, self._pool.host[refs], self.fmt, self._scratch_for(len(ids)))
             new = np.empty(len(ids), self._entry)
             new["ref"], new["nw"], new["nv"] = refs, meta[:, 0], meta[:, 1]
             new["addr"] = -1
-            old = self._items[ids]
+            old = self._table.items[ids]
             # take (records, reference counts), install in one step, give back the old ones. An
             # interrupt before the install gives back what was taken; one after it gives back
             # the old ones. Where a step may or may not have run (an interrupt as it returned)
@@ -352,13 +355,13 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
                 stage = 1
                 self._pool.incref(refs)
                 stage = 2
-                self._items[ids] = new  # the one step: the items read their new records from here
+                self._table.items[ids] = new  # the one step: the items read their new records from here
                 stage = 3
                 self._heap.release(old["addr"], self._record_sizes(old))
                 stage = 4
                 self._pool.decref(old["ref"])
             except BaseException:
-                installed = stage >= 3 or (stage == 2 and bool((self._items[ids] == new).all()))
+                installed = stage >= 3 or (stage == 2 and bool((self._table.items[ids] == new).all()))
                 if not installed:
                     if stage >= 1:
                         self._heap.release(new["addr"], self._record_sizes(new))
@@ -388,26 +391,26 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
 
     def _release(self, ids: np.ndarray) -> None:
         """Items ``ids`` lose their records and references (they read as zeros)."""
-        old = self._items[ids]
-        self._items[ids] = self._blank_items(1)  # one step: the items read as zeros from here
+        old = self._table.items[ids]
+        self._table.items[ids] = self._blank_items(1)  # one step: the items read as zeros from here
         self._free_records(old)
 
     def flush(self) -> None:
         """Seal every open chunk and upload every record still on the host."""
         with self._lock:
             self._check_open()
-            for c in list(self._open):
+            for c in list(self._table.open):
                 self._seal(c)
             self._heap.flush()
 
     def _free_chunks(self, first: int, last: int) -> None:
-        for c in [c for c in self._open if first <= c < last]:
-            del self._open[c]
-        hit = np.flatnonzero(self._stored[first:last]) + first
+        for c in [c for c in self._table.open if first <= c < last]:
+            del self._table.open[c]
+        hit = np.flatnonzero(self._table.stored[first:last]) + first
         if hit.size:
             ids = (hit[:, None] * self.chunk_len + np.arange(self.chunk_len)).reshape(-1)
             self._release(ids[ids < self.capacity])
-            self._stored[hit] = False
+            self._table.stored[hit] = False
 
     def clear(self) -> None:
         """Every item back to zeros; device space released."""
@@ -420,17 +423,17 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
         rows = np.minimum(L, self.capacity - src * L)
         keep = np.zeros(self.nchunks_total, bool)
         keep[src] = True
-        self.discard_chunks(np.flatnonzero(self._stored & ~keep))
+        self.discard_chunks(np.flatnonzero(self._table.stored & ~keep))
         old_ids = np.repeat(src * L, rows) + ranks(rows)
         new_ids = np.repeat(dst * L, rows) + ranks(rows)
         items = self._blank_items(capacity)
-        items[new_ids] = self._items[old_ids]
+        items[new_ids] = self._table.items[old_ids]
         stored = np.zeros(-(-capacity // L), bool)
-        stored[dst] = self._stored[src]
+        stored[dst] = self._table.stored[src]
         moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
-        opened = OrderedDict((moved[c], e) for c, e in self._open.items() if c in moved)
+        opened = OrderedDict((moved[c], e) for c, e in self._table.open.items() if c in moved)
         # one step: the tables, the open chunks and the capacity always agree
-        self.__dict__.update(_items=items, _stored=stored, capacity=capacity, _open=opened)
+        self._table = ItemTable(capacity, items, stored, opened)
         self._policy.reset()
 
     def discard_chunks(self, chunks: np.ndarray) -> None:
@@ -452,7 +455,7 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
             self._heap.close()
             self._pool.close()
             self._staging.release()
-            self._open.clear()
+            self._table.open.clear()
             self._views = None
 
     def __enter__(self) -> DeviceArray:
@@ -536,16 +539,17 @@ class DeviceArray(WriteFrontEnd, ItemGeometry):
 
     def _upload_batch(self, ids: np.ndarray) -> tuple[Any, int, int]:
         """The batch's header and host-side records in the inbox (see :func:`upload_batch`)."""
-        fresh = encode_open(self._open, ids, self.chunk_len, self.item_shape, self.dtype, self.fmt, self._scratch_for)
-        items = self._items
+        table = self._table
+        fresh = encode_open(table.open, ids, self.chunk_len, self.item_shape, self.dtype, self.fmt, self._scratch_for)
+        items = table.items
         return upload_batch(ids, (items["ref"], items["nw"], items["nv"], items["addr"]), fresh, self._heap,
                             self.fmt, self._item_nbytes, self._staging.acquire())
 
     # -- persistence hooks ------------------------------------------------------------------------
     def live_chunks(self) -> np.ndarray:
         """Chunks sealed or open: the chunks a :class:`~chunkstore.ChunkedArray` would hold."""
-        opened = np.fromiter(self._open, np.int64, len(self._open))
-        return np.union1d(np.flatnonzero(self._stored), opened).astype(np.int64)
+        opened = np.fromiter(self._table.open, np.int64, len(self._table.open))
+        return np.union1d(np.flatnonzero(self._table.stored), opened).astype(np.int64)
 
     def to_chunked(self, codec: Any = None, *, batch_items: int = 4096, **kwargs: Any) -> Any:
         """The live items as a host :class:`~chunkstore.ChunkedArray` (same capacity, chunk_len, chunks).

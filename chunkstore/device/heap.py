@@ -21,15 +21,17 @@ the inbox in one upload, so the decoder sees one address space.
 Addresses handed out are *virtual*: ``segment id * segment_bytes + offset``; a
 spill moves a segment without changing them.
 
-Interrupts. State that must agree (the arena and its views; the current segment and
-what of it was uploaded) is installed in one step, so an exception at any line leaves
-every record readable; the worst it leaves is bytes nobody can free (a leak).
+Interrupts. State that must agree lives in small frozen objects installed by one assignment
+(``_Arena``: the arena and its views; ``_Segments``: the per-segment tables; ``_Cursor``: the
+current segment and what of it was uploaded), so an exception at any line leaves every record
+readable; the worst it leaves is bytes nobody can free (a leak).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +47,42 @@ DEFAULT_SEGMENT_BYTES = 1 << 20
 _INBOX_START = 256 << 10
 #: arena sizes are multiples of this, so its int64 and word views cover it
 _ALIGN = 8
+
+
+@dataclass(frozen=True)
+class _Arena:
+    """The arena, its views and its sizes, replaced whole (one assignment: all-or-nothing under Ctrl-C)."""
+
+    tensor: Any  # uint8: ``nslots * segment_bytes`` bytes of slots, then the inbox; None once closed
+    words: Any  # the same bytes as run words
+    int64: Any  # the same bytes as int64
+    nslots: int  # the budget counts these
+    inbox: int  # bytes of the inbox
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """Per segment id, every table, replaced whole when ids are added (one assignment).
+
+    Entries change in place (one numpy call or list store each); the tables themselves and
+    their length change together, only by a new ``_Segments``."""
+
+    slot: np.ndarray  # device slot (-1: in host RAM)
+    fill: np.ndarray  # append cursor
+    live: np.ndarray  # live bytes
+    born: np.ndarray  # age (the clock when it opened)
+    used: np.ndarray  # published; free segment ids and free slots are read from these tables
+    host: list[np.ndarray | None]  # host bytes of spilled (and host-only) segments
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    """The segment being appended to and what of it is on the device, replaced whole (one assignment)."""
+
+    seg: int  # -1: none
+    uploaded: int  # bytes of it already on the device
+    mirror: StagingBuffer | None  # its host bytes (None: a host-only segment, or none)
+    mirrors: tuple[StagingBuffer, StagingBuffer]  # taken in turn: the second is the next segment's
 
 
 class DeviceBudget:
@@ -159,69 +197,76 @@ class DeviceHeap:
         self.budget = budget_bytes
         self._torch, self.device, self._word_dtype = torch, device, word_dtype
         self.segment_bytes = int(segment_bytes)
-        # per segment id: device slot (-1: in host RAM), append cursor, live bytes, age
-        self._slot = np.zeros(0, np.int64)
-        self._fill = np.zeros(0, np.int64)
-        self._live = np.zeros(0, np.int64)
-        self._born = np.zeros(0, np.int64)
-        self._host: list[np.ndarray | None] = []  # host bytes of spilled (and host-only) segments
-        self._used = np.zeros(0, bool)  # free segment ids and free slots are read from these tables
+        ids = np.zeros(0, np.int64)  # no segment ids yet: _new_id adds them
+        self._segs = _Segments(ids, ids.copy(), ids.copy(), ids.copy(), np.zeros(0, bool), [])
         self._clock = 0
-        self._cur = -1  # the segment being appended to
-        self._uploaded = 0  # bytes of the current segment already on the device
-        self._mirrors = [StagingBuffer(torch, device), StagingBuffer(torch, device)]
+        self._cursor = _Cursor(-1, 0, None, (StagingBuffer(torch, device), StagingBuffer(torch, device)))
         self.closed = False
-        self._mirror: StagingBuffer | None = None  # the current segment's host bytes
-        self._nslots = 0
-        self._inbox = 0
         self.spills = 0  # segments moved to host RAM so far
-        # the arena and its views (set together by _allocate)
-        self.arena: Any = None
-        self.bytes: Any = None
-        self.words: Any = None
-        self.int64: Any = None
+        self._arena = _Arena(None, None, None, 0, 0)
         self._allocate(0, _INBOX_START)
         self.budget.attach(self)
 
     # Interrupts (a KeyboardInterrupt between any two bytecodes): nothing here is kept in two
     # places. Free segment ids, free slots and the budget's count are read from the segment
-    # tables (``_used``, ``_slot``) and ``_nslots``; the tables grow in one step; a segment is
-    # published (``_used``) only once its fields are set, and unpublished first when freed;
-    # a segment left dead and unfreed by an interrupted release is reclaimed when the next
-    # segment opens. At worst an interrupt leaves a record counted live that no item holds
-    # (its segment is then kept): memory, never a wrong read.
+    # tables (``used``, ``slot``) and the arena's ``nslots``; the tables grow in one step (a
+    # new ``_Segments``); a segment is published (``used``) only once its fields are set, and
+    # unpublished first when freed; a segment left dead and unfreed by an interrupted release
+    # is reclaimed when the next segment opens. At worst an interrupt leaves a record counted
+    # live that no item holds (its segment is then kept): memory, never a wrong read.
 
     @property
     def slot_nbytes(self) -> int:
         """Device bytes of the slots (what the budget counts; 0 once closed)."""
-        return 0 if self.closed else self._nslots * self.segment_bytes
+        return 0 if self.closed else self._arena.nslots * self.segment_bytes
+
+    # the arena and its views: what a read hands the decoder (chunkstore.device.batch, .array)
+    @property
+    def arena(self) -> Any:
+        """The arena: a uint8 device tensor (None once closed)."""
+        return self._arena.tensor
+
+    @property
+    def bytes(self) -> Any:
+        """The arena as bytes (:attr:`arena`)."""
+        return self._arena.tensor
+
+    @property
+    def words(self) -> Any:
+        """The arena as run words."""
+        return self._arena.words
+
+    @property
+    def int64(self) -> Any:
+        """The arena as int64."""
+        return self._arena.int64
+
     # -- the arena ---------------------------------------------------------------------------
     @property
     def max_slots(self) -> int | None:
         """The most slots this heap could have now (None: no limit)."""
         room = self.budget.room()
-        return None if room is None else self._nslots + room // self.segment_bytes
+        return None if room is None else self._arena.nslots + room // self.segment_bytes
 
     def _allocate(self, nslots: int, inbox: int) -> None:
         """A new arena of ``nslots`` slots and an inbox of ``inbox`` bytes; slots are copied over."""
-        torch = self._torch
+        torch, old = self._torch, self._arena
         inbox = -(-int(inbox) // _ALIGN) * _ALIGN
         arena = torch.empty(nslots * self.segment_bytes + inbox, dtype=torch.uint8, device=self.device)
-        if self.arena is not None and self._nslots:
-            keep = self._nslots * self.segment_bytes
-            arena[:keep].copy_(self.arena[:keep])
-        # one step: the views and the sizes always describe one arena (the budget counts _nslots)
-        self.__dict__.update(arena=arena, bytes=arena, words=arena.view(self._word_dtype),
-                             int64=arena.view(torch.int64), _nslots=nslots, _inbox=inbox)
+        if old.tensor is not None and old.nslots:
+            keep = old.nslots * self.segment_bytes
+            arena[:keep].copy_(old.tensor[:keep])
+        # one step: the views and the sizes always describe one arena (the budget counts nslots)
+        self._arena = _Arena(arena, arena.view(self._word_dtype), arena.view(torch.int64), nslots, inbox)
 
     @property
     def inbox_offset(self) -> int:
         """Byte offset of the inbox in the arena."""
-        return self._nslots * self.segment_bytes
+        return self._arena.nslots * self.segment_bytes
 
     def _slot_view(self, slot: int, start: int, stop: int) -> Any:
         base = slot * self.segment_bytes
-        return self.arena[base + start:base + stop]
+        return self._arena.tensor[base + start:base + stop]
 
     # -- appending -----------------------------------------------------------------------------
     def put(self, data: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -237,73 +282,77 @@ class DeviceHeap:
         ends = np.cumsum(sizes)
         i = 0
         while i < sizes.size:
-            if self._cur < 0:
+            if self._cursor.seg < 0:
                 self._open_segment()
-            room = self.segment_bytes - int(self._fill[self._cur])
+            cur, segs = self._cursor, self._segs  # read after the open: it may add segment ids
+            seg = cur.seg
+            fill = int(segs.fill[seg])
             base = int(ends[i - 1]) if i else 0
-            j = int(np.searchsorted(ends, base + room, side="right"))  # records [i, j) fit
+            j = int(np.searchsorted(ends, base + self.segment_bytes - fill, side="right"))  # records [i, j) fit
             if j == i:
                 self._close_segment()
                 continue
             n = int(ends[j - 1]) - base
-            fill = int(self._fill[self._cur])
-            self._store(fill, data[base:base + n])
-            addrs[i:j] = self._cur * self.segment_bytes + fill + (ends[i:j] - sizes[i:j] - base)
-            self._fill[self._cur] += n
-            self._live[self._cur] += n
+            self._store(cur, segs, fill, data[base:base + n])
+            addrs[i:j] = seg * self.segment_bytes + fill + (ends[i:j] - sizes[i:j] - base)
+            segs.fill[seg] += n
+            segs.live[seg] += n
             i = j
         addrs[sizes == 0] = -1
         return addrs
 
-    def _store(self, offset: int, data: np.ndarray) -> None:
-        if self._mirror is not None:
-            self._mirror.array[offset:offset + data.size] = data
+    @staticmethod
+    def _store(cur: _Cursor, segs: _Segments, offset: int, data: np.ndarray) -> None:
+        if cur.mirror is not None:
+            cur.mirror.array[offset:offset + data.size] = data
         else:
-            host = self._host[self._cur]
+            host = segs.host[cur.seg]
             assert host is not None
             host[offset:offset + data.size] = data
 
     def _open_segment(self) -> None:
-        for seg in np.flatnonzero(self._used & (self._live == 0)).tolist():  # left dead by an interrupt
-            if seg != self._cur:
+        segs, cur = self._segs, self._cursor
+        for seg in np.flatnonzero(segs.used & (segs.live == 0)).tolist():  # left dead by an interrupt
+            if seg != cur.seg:
                 self._free_segment(seg)
-        free = np.flatnonzero(~self._used)
+        free = np.flatnonzero(~segs.used)
         seg = int(free[0]) if free.size else self._new_id()
         slot = self._take_slot()  # free until the segment is published below
+        segs = self._segs  # _new_id installs longer tables
+        mirror: StagingBuffer | None = None
         if slot >= 0:  # two mirrors in turn: one may still be uploading the last segment
-            mirror: StagingBuffer | None = self._mirrors[1]
-            assert mirror is not None
+            mirror = cur.mirrors[1]
             mirror.host(self.segment_bytes)
-            self._host[seg] = None
+            segs.host[seg] = None
         else:  # no device room at all (a zero budget): the segment lives in host RAM
-            mirror = None
-            self._host[seg] = np.empty(self.segment_bytes, np.uint8)
-        self._fill[seg] = self._live[seg] = 0
-        self._born[seg] = self._clock
+            segs.host[seg] = np.empty(self.segment_bytes, np.uint8)
+        segs.fill[seg] = segs.live[seg] = 0
+        segs.born[seg] = self._clock
         self._clock += 1
-        self._slot[seg] = slot
-        self._used[seg] = True  # published: its id and slot are taken from here on
+        segs.slot[seg] = slot
+        segs.used[seg] = True  # published: its id and slot are taken from here on
+        mirrors = cur.mirrors if mirror is None else (cur.mirrors[1], cur.mirrors[0])
         # one step: a reader sees either no current segment or this one with nothing uploaded
-        self.__dict__.update(_cur=seg, _uploaded=0, _mirror=mirror,
-                             _mirrors=self._mirrors[::-1] if mirror is not None else self._mirrors)
+        self._cursor = _Cursor(seg, 0, mirror, mirrors)
 
     def _new_id(self) -> int:
         """Room for more segment ids in every table, in one step; the first new id."""
-        seg = self._slot.size
+        segs = self._segs
+        seg = segs.slot.size
         n = max(4, seg)  # doubling: ids are few
-        self.__dict__.update(_slot=np.append(self._slot, np.full(n, -1, np.int64)),
-                             _fill=np.append(self._fill, np.zeros(n, np.int64)),
-                             _live=np.append(self._live, np.zeros(n, np.int64)),
-                             _born=np.append(self._born, np.zeros(n, np.int64)),
-                             _used=np.append(self._used, np.zeros(n, bool)),
-                             _host=self._host + [None] * n)
+        self._segs = _Segments(np.append(segs.slot, np.full(n, -1, np.int64)),
+                               np.append(segs.fill, np.zeros(n, np.int64)),
+                               np.append(segs.live, np.zeros(n, np.int64)),
+                               np.append(segs.born, np.zeros(n, np.int64)),
+                               np.append(segs.used, np.zeros(n, bool)),
+                               segs.host + [None] * n)
         return seg
 
     def _free_slot(self) -> int:
         """The lowest device slot no segment holds, or -1."""
-        held = np.zeros(self._nslots, bool)
-        on = self._slot[self._used & (self._slot >= 0)]
-        held[on] = True
+        segs = self._segs
+        held = np.zeros(self._arena.nslots, bool)
+        held[segs.slot[segs.used & (segs.slot >= 0)]] = True
         free = np.flatnonzero(~held)
         return int(free[0]) if free.size else -1
 
@@ -312,52 +361,54 @@ class DeviceHeap:
         slot = self._free_slot()
         if slot >= 0:
             return slot
-        grow = max(self._nslots + 1, self._nslots * 5 // 4)  # a quarter more: little idle room
+        arena = self._arena
+        grow = max(arena.nslots + 1, arena.nslots * 5 // 4)  # a quarter more: little idle room
         room = self.budget.room()
         if room is not None:
-            grow = min(grow, self._nslots + room // self.segment_bytes)
-        if grow > self._nslots:
-            self._allocate(grow, self._inbox)
+            grow = min(grow, arena.nslots + room // self.segment_bytes)
+        if grow > arena.nslots:
+            self._allocate(grow, arena.inbox)
             return self._free_slot()
         if not self._device_segments().size:  # no device room at all: host RAM only
             return -1
         return self._spill_oldest()
 
     def _device_segments(self) -> np.ndarray:
-        on_device = np.flatnonzero(self._used & (self._slot >= 0))
-        return on_device[on_device != self._cur]
+        segs = self._segs
+        on_device = np.flatnonzero(segs.used & (segs.slot >= 0))
+        return on_device[on_device != self._cursor.seg]
 
     def _spill_oldest(self) -> int:
+        segs = self._segs
         on_device = self._device_segments()
-        seg = int(on_device[np.argmin(self._born[on_device])])
-        slot, fill = int(self._slot[seg]), int(self._fill[seg])
+        seg = int(on_device[np.argmin(segs.born[on_device])])
+        slot, fill = int(segs.slot[seg]), int(segs.fill[seg])
         # a device-to-host copy in the write path (never in a read): the writer waits for it
         host = np.empty(self.segment_bytes, np.uint8)
         host[:fill] = self._slot_view(slot, 0, fill).to("cpu", copy=True).numpy()
-        self._host[seg] = host  # first: until the next line, reads still find it on the device
-        self._slot[seg] = -1
+        segs.host[seg] = host  # first: until the next line, reads still find it on the device
+        segs.slot[seg] = -1
         self.spills += 1
         return slot
 
     def _close_segment(self) -> None:
         """The current segment is full: upload what is left of it; recycle it if already dead."""
         self.flush()
-        seg = self._cur
-        self.__dict__.update(_cur=-1, _mirror=None)
-        if self._live[seg] == 0:
-            self._free_segment(seg)
+        cur = self._cursor
+        self._cursor = _Cursor(-1, 0, None, cur.mirrors)  # one step: no current segment
+        if self._segs.live[cur.seg] == 0:
+            self._free_segment(cur.seg)
 
     def flush(self) -> None:
         """Upload the current segment's bytes that are not on the device yet."""
-        seg = self._cur
-        if seg < 0 or self._mirror is None:
+        cur = self._cursor
+        if cur.seg < 0 or cur.mirror is None:
             return
-        fill = int(self._fill[seg])
-        if fill > self._uploaded:
-            slot = int(self._slot[seg])
-            self._mirror.upload(self._slot_view(slot, self._uploaded, fill), fill - self._uploaded,
-                                start=self._uploaded)
-            self._uploaded = fill
+        fill = int(self._segs.fill[cur.seg])
+        if fill > cur.uploaded:
+            slot = int(self._segs.slot[cur.seg])
+            cur.mirror.upload(self._slot_view(slot, cur.uploaded, fill), fill - cur.uploaded, start=cur.uploaded)
+            self._cursor = replace(cur, uploaded=fill)
 
     # -- freeing -------------------------------------------------------------------------------
     def release(self, addrs: np.ndarray, sizes: np.ndarray) -> None:
@@ -366,17 +417,19 @@ class DeviceHeap:
         keep = addrs >= 0
         if not keep.any():
             return
-        segs = addrs[keep] // self.segment_bytes
-        dead = np.bincount(segs, weights=np.asarray(sizes, np.int64)[keep], minlength=self._live.size)
-        self._live -= dead.astype(np.int64)
-        for seg in np.flatnonzero((dead > 0) & (self._live == 0)).tolist():
-            if seg != self._cur:
+        live, cur = self._segs.live, self._cursor.seg
+        dead = np.bincount(addrs[keep] // self.segment_bytes, weights=np.asarray(sizes, np.int64)[keep],
+                           minlength=live.size)
+        np.subtract(live, dead.astype(np.int64), out=live)  # one call
+        for seg in np.flatnonzero((dead > 0) & (live == 0)).tolist():
+            if seg != cur:
                 self._free_segment(seg)
 
     def _free_segment(self, seg: int) -> None:
-        self._used[seg] = False  # first: its id and slot are free from here on
-        self._slot[seg] = -1
-        self._host[seg] = None
+        segs = self._segs
+        segs.used[seg] = False  # first: its id and slot are free from here on
+        segs.slot[seg] = -1
+        segs.host[seg] = None
 
     # -- reading -------------------------------------------------------------------------------
     def device_addresses(self, addrs: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -387,62 +440,67 @@ class DeviceHeap:
         Records of size 0 count as on the device.
         """
         addrs = np.asarray(addrs, np.int64)
+        slots, cur = self._segs.slot, self._cursor
         seg, off = np.divmod(np.maximum(addrs, 0), self.segment_bytes)
-        slot = self._slot[seg] if self._slot.size else np.full(seg.shape, -1, np.int64)
-        away = (slot < 0) | ((seg == self._cur) & (off + sizes > self._uploaded))
+        slot = slots[seg] if slots.size else np.full(seg.shape, -1, np.int64)
+        away = (slot < 0) | ((seg == cur.seg) & (off + sizes > cur.uploaded))
         away &= (addrs >= 0) & (np.asarray(sizes) > 0)
         return slot * self.segment_bytes + off, away
 
     def pack(self, addrs: np.ndarray, sizes: np.ndarray, dst: np.ndarray, dst_start: np.ndarray) -> None:
         """Copy host-side records (from :meth:`device_addresses`) into ``dst`` at ``dst_start``."""
+        host, cur = self._segs.host, self._cursor
         seg, off = np.divmod(addrs, self.segment_bytes)
         for s in np.unique(seg).tolist():
             sel = np.flatnonzero(seg == s)
-            src = self._mirror.array if s == self._cur and self._mirror is not None else self._host[s]
+            src = cur.mirror.array if s == cur.seg and cur.mirror is not None else host[s]
             assert src is not None
             copy_ranges(src, off[sel], sizes[sel], dst, dst_start[sel])
 
     def ensure_inbox(self, nbytes: int) -> None:
         """Make the inbox hold ``nbytes`` (growing the arena, by a copy, when it cannot)."""
-        if nbytes > self._inbox:
-            self._allocate(self._nslots, max(nbytes, 2 * self._inbox))
+        arena = self._arena
+        if nbytes > arena.inbox:
+            self._allocate(arena.nslots, max(nbytes, 2 * arena.inbox))
 
     # -- sizes and lifetime -------------------------------------------------------------------
     @property
     def nbytes(self) -> int:
         """Device bytes held: every slot and the inbox."""
-        return 0 if self.arena is None else int(self.arena.numel())
+        arena = self._arena.tensor
+        return 0 if arena is None else int(arena.numel())
 
     @property
     def host_nbytes(self) -> int:
         """Host bytes held: spilled segments and the staging buffers."""
-        spilled = sum(h.nbytes for h in self._host if h is not None)
-        return spilled + sum(m.nbytes for m in self._mirrors)
+        spilled = sum(h.nbytes for h in self._segs.host if h is not None)
+        return spilled + sum(m.nbytes for m in self._cursor.mirrors)
 
     @property
     def live_nbytes(self) -> int:
         """Bytes of live records."""
-        return int(self._live.sum())
+        return int(self._segs.live.sum())
 
     def info(self) -> dict[str, Any]:
-        used = self._used
+        segs, arena = self._segs, self._arena
         return {
             "segment_bytes": self.segment_bytes,
-            "slots": self._nslots,
+            "slots": arena.nslots,
             "max_slots": self.max_slots,
             "budget_bytes": self.budget.limit,
-            "segments_on_device": int(np.count_nonzero(used & (self._slot >= 0))),
-            "segments_in_host_ram": int(np.count_nonzero(used & (self._slot < 0))),
+            "segments_on_device": int(np.count_nonzero(segs.used & (segs.slot >= 0))),
+            "segments_in_host_ram": int(np.count_nonzero(segs.used & (segs.slot < 0))),
             "spills": self.spills,
             "live_nbytes": self.live_nbytes,
-            "inbox_nbytes": self._inbox,
+            "inbox_nbytes": arena.inbox,
         }
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True  # the budget stops counting its slots
-        for m in self._mirrors:
+        for m in self._cursor.mirrors:
             m.release()
-        self.arena = self.bytes = self.words = self.int64 = None
-        self._host = [None] * len(self._host)
+        arena, segs = self._arena, self._segs
+        self._arena = _Arena(None, None, None, arena.nslots, arena.inbox)
+        self._segs = replace(segs, host=[None] * len(segs.host))

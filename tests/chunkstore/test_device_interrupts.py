@@ -37,16 +37,16 @@ def build(budget: int | None) -> DeviceArray:
 
 
 def check_books(arr: DeviceArray) -> None:
-    items = arr._items
+    items = arr._table.items
     users = np.bincount(items["ref"][items["ref"] > 0], minlength=arr._pool.count.size)
     assert (arr._pool.count >= users).all(), "a reference counts fewer users than it has"
     heap = arr._heap
     sizes = arr._record_sizes(items)
     has = items["addr"] >= 0
-    held = np.bincount(items["addr"][has] // heap.segment_bytes, weights=sizes[has], minlength=heap._live.size)
-    assert (heap._live >= held).all(), "a segment counts fewer live bytes than its records"
-    assert heap._used[np.unique(items["addr"][has] // heap.segment_bytes)].all(), "a record in a freed segment"
-    assert heap.budget.used == heap._nslots * heap.segment_bytes
+    held = np.bincount(items["addr"][has] // heap.segment_bytes, weights=sizes[has], minlength=heap._segs.live.size)
+    assert (heap._segs.live >= held).all(), "a segment counts fewer live bytes than its records"
+    assert heap._segs.used[np.unique(items["addr"][has] // heap.segment_bytes)].all(), "a record in a freed segment"
+    assert heap.budget.used == heap._arena.nslots * heap.segment_bytes
 
 
 @pytest.mark.parametrize("budget", [None, 512])  # 512: two segments on the device, the rest spill
@@ -65,7 +65,7 @@ def test_an_interrupt_anywhere_in_a_device_write(k, budget):
         assert np.array_equal(got[:k * L], model[:k * L]), f"an older chunk changed (event {at})"
         last = got[k * L:]
         assert (np.array_equal(last, model[k * L:(k + 1) * L]) or (hit and not last.any())
-                or (hit and arr._open)), f"chunk {k} is neither old nor new (event {at})"
+                or (hit and arr._table.open)), f"chunk {k} is neither old nor new (event {at})"
         check_books(arr)
         arr.write(k * L, model[k * L:])  # the retry, and more
         arr.flush()
@@ -117,7 +117,7 @@ def test_a_chunk_rewritten_with_what_it_holds_interrupted_anywhere(budget):
         return build_rewritable(budget)
 
     probe = build()
-    assert (probe._items["addr"][:L] == -1).all() and (probe._items["ref"][:L] > 0).all()
+    assert (probe._table.items["addr"][:L] == -1).all() and (probe._table.items["ref"][:L] > 0).all()
     total = count_events(lambda: probe.write(0, same))
     assert total > 50
     for at in range(1, total + 1):
