@@ -8,19 +8,22 @@ descriptors and the ring it maintains. A row goes to the native writer
 every kind of stack; the Python path here is the reference it matches and what it
 falls back to. Crash safety: streams are marked stale before they move, a stream's
 head moves last (frames past it are invisible), frees happen before ``released``
-moves, and whole states are installed in one step.
+moves, and whole states (:class:`~sb3_integration.engine.frame_ring.RingState`) are installed in one
+assignment.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from chunkstore import ChunkedArray, native
 from chunkstore.device import DeviceArray
+from sb3_integration.engine.frame_ring import RingState, RingView, UndoRecord
 from sb3_integration.engine.frame_state import FAR, UNWRITTEN, WRAP
 from sb3_integration.engine.stacking import StackLayout, detect_layout, is_zero, same
 
@@ -32,24 +35,12 @@ DETECT_MAX_PUTS = 32
 _GROWTH = 1.5
 
 
-class FrameWrites:
-    """The write path of :class:`~sb3_integration.engine.frames.FrameStore` (a base class of it, never used alone)."""
+class FrameWrites(RingView):
+    """The write path of :class:`~sb3_integration.engine.frames.FrameStore` (a base class of it, never used alone).
 
-    # installed in one step through __dict__ (see _blank, _streams): declared here for readers and mypy
-    frames: ChunkedArray | DeviceArray | None
-    layout: StackLayout | None
-    last: np.ndarray | None
-    slots: np.ndarray  # (n_rows, n_envs) uint32: the newest frame of a row's first stack, mod 2**32
-    deltas: np.ndarray  # (stacks_per_row - 1, n_rows, n_envs) uint8: the other stacks, relative to it
-    far: dict[tuple[int, int, int], int]  # deltas of FAR: (which, row, env) -> frame number mod 2**32
-    pads: np.ndarray  # (stacks_per_row, n_rows, n_envs) uint8: zero frames at a stack's start
-    used: list[bool]  # which kinds of stack were ever written
-    heads: np.ndarray  # per env: global number of the next frame
-    released: np.ndarray  # per env: frames below this are freed
-    last_slot: np.ndarray  # per env: global number of the last stack's newest frame
-    last_pad: np.ndarray
-    has_last: np.ndarray  # per env: the stream, its last stack and its descriptors agree
-    _pending: list[tuple[int, int, np.ndarray]]  # stacks put before the layout was known
+    Its state is ``self._ring`` (:class:`~sb3_integration.engine.frame_ring.RingState`), replaced
+    whole by one assignment; its fields read as the store's attributes (``layout``, ``heads``, ...).
+    """
 
     _lock: threading.RLock
     obs_shape: tuple[int, ...]
@@ -72,8 +63,12 @@ class FrameWrites:
         def _check_open(self) -> None: ...
         def _decide(self, layout: StackLayout) -> None: ...
         def _round(self, frames: int) -> int: ...
-        def _blank(self) -> dict[str, Any]: ...
-        def _streams(self, layout: StackLayout | None) -> dict[str, Any]: ...
+
+    def _blank_ring(self, layout: StackLayout | None = None, frames: ChunkedArray | DeviceArray | None = None,
+                    used: list[bool] | None = None) -> RingState:
+        """A state with nothing written (:meth:`RingState.blank`), of this store's geometry."""
+        return RingState.blank(self.n_rows, self.n_envs, self.stacks_per_row, self.obs_shape, self.dtype,
+                               layout, frames, used)
 
     # -- writing -------------------------------------------------------------------
     def put(self, which: int, row: int, x: np.ndarray, attempt: Any = None) -> None:
@@ -85,7 +80,7 @@ class FrameWrites:
             self._check_open()
             if attempt is not None:
                 self._begin_attempt(row, attempt)
-            if self.layout is None:
+            if self._ring.layout is None:
                 self._put_pending(which, row, x)
             elif not self._put_native(row, (x,), (which,)):
                 self._put(which, row, x)
@@ -106,19 +101,20 @@ class FrameWrites:
             self._check_open()
             if attempt is not None:
                 self._begin_attempt(row, attempt)
-            if self.layout is not None and self._put_native(row, stacks, range(len(stacks))):
+            if self._ring.layout is not None and self._put_native(row, stacks, range(len(stacks))):
                 return
             for which, x in enumerate(stacks):
                 self.put(which, row, x)
 
     def _begin_attempt(self, row: int, attempt: Any) -> None:
         """Undo an uncommitted earlier try of ``attempt``, then remember where this one starts."""
-        undo = self.__dict__.get("_undo")
-        if undo is not None and undo[0] == attempt:
-            self._roll_back(undo)
+        record = self._ring.undo[0]
+        if record is not None and record[0] == attempt:
+            self._roll_back(record)
+        st = self._ring  # (after a roll back: the new state, with the same undo cell)
         # nothing to undo while the layout is unknown: pending stacks are not in a stream
-        # (the put that decides the layout forgets this record: _decide installs _undo=None)
-        self.__dict__["_undo"] = None if self.layout is None else (attempt, row, self.heads.copy())  # one step
+        # (the put that decides the layout forgets this record: _decide installs a state with none)
+        st.undo[0] = None if st.layout is None else (attempt, row, st.heads.copy())  # one step
 
     def abandon(self, attempt: Any) -> None:
         """The owner's add ``attempt`` failed before it committed: its frames leave the streams.
@@ -127,11 +123,11 @@ class FrameWrites:
         row being written reads as zeros until it is written again (it was torn anyway).
         """
         with self._lock:
-            undo = self.__dict__.get("_undo")
-            if undo is not None and undo[0] == attempt:
-                self._roll_back(undo)
+            record = self._ring.undo[0]
+            if record is not None and record[0] == attempt:
+                self._roll_back(record)
 
-    def _roll_back(self, undo: tuple[Any, int, np.ndarray]) -> None:
+    def _roll_back(self, record: UndoRecord) -> None:
         """Streams back to where try ``undo`` began (one step; repeatable: it installs copies).
 
         Frames past the old heads are invisible from then on, and are overwritten in place
@@ -139,10 +135,12 @@ class FrameWrites:
         stale (their last stacks may be the abandoned ones) and the row's descriptors
         unwritten (they may point past the heads).
         """
-        _, row, heads = undo
-        pads = self.pads.copy()
+        _, row, heads = record
+        st = self._ring
+        pads = st.pads.copy()
         pads[:, row] = UNWRITTEN
-        self.__dict__.update(heads=heads.copy(), has_last=np.zeros(self.n_envs, bool), pads=pads)
+        # one step; the undo cell goes along, so repeating the roll back is harmless
+        self._ring = replace(st, heads=heads.copy(), has_last=np.zeros(self.n_envs, bool), pads=pads)
 
     def _put_native(self, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int]) -> bool:
         """Store a row with one native call (:mod:`sb3_integration.engine._native_put`); False if it cannot."""
@@ -151,47 +149,50 @@ class FrameWrites:
 
     def _row_writer(self) -> Any:
         """This store's native writer (built once per layout), or None: no native layer, or no open chunks."""
-        nat = _native_writer()
-        if nat is None or self.layout is None or self.frames is None or not self.frames.supports_native_writes:
+        nat, st = _native_writer(), self._ring
+        if nat is None or st.layout is None or st.frames is None or not st.frames.supports_native_writes:
             return None
         writer = self.__dict__.get("_writer")
-        if writer is None or writer.layout is not self.layout:
-            writer = nat.RowWriter(self.layout, self.obs_shape, self.dtype.itemsize, self.n_envs, self.chunk_len,
+        if writer is None or writer.layout is not st.layout:
+            writer = nat.RowWriter(st.layout, self.obs_shape, self.dtype.itemsize, self.n_envs, self.chunk_len,
                                    self.dedup, self.stacks_per_row)
             self.__dict__["_writer"] = writer
         return writer
 
     def _put_pending(self, which: int, row: int, x: np.ndarray) -> None:
-        prev = self._pending[-1][2] if self._pending else None
-        self._pending.append((which, row, np.array(x, copy=True)))
-        self.used[which] = True
+        st = self._ring
+        pending = st.pending
+        prev = pending[-1][2] if pending else None
+        pending.append((which, row, np.array(x, copy=True)))
+        st.used[which] = True
         if prev is not None:
             for e in range(self.n_envs):
                 lay = detect_layout(prev[e], x[e], self.axis_order)
                 if lay is not None:
                     self._decide(lay)
                     return
-        if len(self._pending) >= DETECT_MAX_PUTS:
+        if len(pending) >= DETECT_MAX_PUTS:
             self._decide(StackLayout.whole(self.obs_shape))
 
     def _put(self, which: int, row: int, x: np.ndarray) -> None:
         """The write path in Python, env by env (the reference the native path matches)."""
         for e in range(self.n_envs):
             self._put_env(which, row, e, x[e])
-        self.used[which] = True
+        self._ring.used[which] = True
 
     def _put_env(self, which: int, row: int, e: int, xe: np.ndarray) -> None:
-        lay, last = self.layout, self.last
+        st = self._ring
+        lay, last = st.layout, st.last
         assert lay is not None and last is not None
         k = lay.depth
-        if self.dedup and self.has_last[e]:
+        if self.dedup and st.has_last[e]:
             le = last[e]
             if same(xe, le):
-                self._describe(which, row, e, int(self.last_slot[e]), int(self.last_pad[e]))
+                self._describe(which, row, e, int(st.last_slot[e]), int(st.last_pad[e]))
                 return
             if k > 1 and same(xe[lay.older], le[lay.newer]):
-                pad = max(int(self.last_pad[e]) - 1, 0)
-                self.has_last[e] = False  # the stream moves: its last stack is stale until _remember
+                pad = max(int(st.last_pad[e]) - 1, 0)
+                st.has_last[e] = False  # the stream moves: its last stack is stale until _remember
                 self._append(e, lay.frames(xe, k - 1))
                 self._remember(which, row, e, xe, pad)
                 return
@@ -199,43 +200,46 @@ class FrameWrites:
         pad = 0
         while pad < k and is_zero(xs[pad]):
             pad += 1
-        self.has_last[e] = False
+        st.has_last[e] = False
         self._append(e, xs[pad:])
         self._remember(which, row, e, xe, pad)
 
     def _remember(self, which: int, row: int, e: int, x: np.ndarray, pad: int) -> None:
-        newest = int(self.heads[e]) - 1
-        assert self.last is not None
-        self.last[e] = x
+        st = self._ring
+        newest = int(st.heads[e]) - 1
+        assert st.last is not None
+        st.last[e] = x
         self._describe(which, row, e, newest, pad)
-        self.last_slot[e], self.last_pad[e] = newest, pad
-        self.has_last[e] = True  # last: the stream, its last stack and its descriptors agree
+        st.last_slot[e], st.last_pad[e] = newest, pad
+        st.has_last[e] = True  # last: the stream, its last stack and its descriptors agree
 
     def _describe(self, which: int, row: int, e: int, newest: int, pad: int) -> None:
-        self.pads[which, row, e] = pad
+        st = self._ring
+        st.pads[which, row, e] = pad
         if which == 0:
-            self.slots[row, e] = newest % WRAP
+            st.slots[row, e] = newest % WRAP
             if self.stacks_per_row > 1:  # the other kinds were relative to the old first stack
-                self.pads[1:, row, e] = UNWRITTEN
-                if self.far:
+                st.pads[1:, row, e] = UNWRITTEN
+                if st.far:
                     for w in range(1, self.stacks_per_row):
-                        self.far.pop((w, row, e), None)
+                        st.far.pop((w, row, e), None)
             return
-        delta = newest - self._newest(0, row, e) if self.pads[0, row, e] != UNWRITTEN else FAR
+        delta = newest - self._newest(0, row, e) if st.pads[0, row, e] != UNWRITTEN else FAR
         if 0 <= delta < FAR:
-            self.deltas[which - 1, row, e] = delta
-            if self.far:
-                self.far.pop((which, row, e), None)
+            st.deltas[which - 1, row, e] = delta
+            if st.far:
+                st.far.pop((which, row, e), None)
         else:
-            self.deltas[which - 1, row, e] = FAR
-            self.far[(which, row, e)] = newest % WRAP
+            st.deltas[which - 1, row, e] = FAR
+            st.far[(which, row, e)] = newest % WRAP
 
     def _newest(self, which: int, row: int, e: int) -> int:
         """Global frame number of the newest frame of a written stack."""
-        head = int(self.heads[e])
-        if which and self.deltas[which - 1, row, e] != FAR:
-            return self._newest(0, row, e) + int(self.deltas[which - 1, row, e])
-        low = self.far[(which, row, e)] if which else int(self.slots[row, e])
+        st = self._ring
+        head = int(st.heads[e])
+        if which and st.deltas[which - 1, row, e] != FAR:
+            return self._newest(0, row, e) + int(st.deltas[which - 1, row, e])
+        low = st.far[(which, row, e)] if which else int(st.slots[row, e])
         return head - ((head - low) % WRAP)
 
     def _append(self, e: int, frames: np.ndarray) -> None:
@@ -243,10 +247,11 @@ class FrameWrites:
         m = len(frames)
         if m == 0:
             return
-        g = int(self.heads[e])
-        if g + m - int(self.released[e]) > self.ring_frames:
-            self._grow(g + m - int(self.released[e]))
-        arr, F = self.frames, self.ring_frames
+        st = self._ring
+        g = int(st.heads[e])
+        if g + m - int(st.released[e]) > self.ring_frames:
+            self._grow(g + m - int(st.released[e]))
+        arr, F = st.frames, self.ring_frames
         assert arr is not None
         base, local = e * F, g % F
         first = min(m, F - local)  # the run wraps around the ring at most once
@@ -256,18 +261,19 @@ class FrameWrites:
             arr.write(base + local, frames[:first])
             if first < m:
                 arr.write(base, frames[first:])
-        self.heads[e] = g + m  # frames past the head are invisible: this is the step that adds them
+        st.heads[e] = g + m  # frames past the head are invisible: this is the step that adds them
 
     def _grow(self, need: int) -> None:
         """Grow the ring by half (at least to ``need`` frames per env), keeping every live chunk."""
-        arr, L, old = self.frames, self.chunk_len, self.ring_frames
+        st = self._ring
+        arr, L, old = st.frames, self.chunk_len, self.ring_frames
         assert arr is not None
         new = min(max(self._round(need), self._round(int(_GROWTH * old))), self.max_ring_frames)
         if new < need:  # pragma: no cover - the worst-case bound makes this unreachable
             raise RuntimeError(f"{self.name}: a stream needs {need} live frames, over its bound {new}")
         src, dst = [], []
         for e in range(self.n_envs):
-            live = np.arange(int(self.released[e]) // L, -(-int(self.heads[e]) // L), dtype=np.int64)
+            live = np.arange(int(st.released[e]) // L, -(-int(st.heads[e]) // L), dtype=np.int64)
             src.append(e * (old // L) + live % (old // L))
             dst.append(e * (new // L) + live % (new // L))
         arr.remap(new * self.n_envs, np.concatenate(src), np.concatenate(dst))  # one step: ring_frames follows
@@ -280,27 +286,28 @@ class FrameWrites:
         rows later (:mod:`sb3_integration.engine.frame_state`). Repeating it is harmless.
         """
         with self._lock:
-            if self.layout is None or self.frames is None:
+            st = self._ring
+            if st.layout is None or st.frames is None:
                 return
             writer = self._row_writer()
             if writer is not None and writer.release(self, row):
                 return
-            k, L = self.layout.depth, self.chunk_len
-            used = [w for w in range(self.stacks_per_row) if self.used[w]]
+            k, L = st.layout.depth, self.chunk_len
+            used = [w for w in range(self.stacks_per_row) if st.used[w]]
             for e in range(self.n_envs):
-                if bool((self.pads[used, row, e] == UNWRITTEN).all()):  # (no generator: see RowWriter.release)
+                if bool((st.pads[used, row, e] == UNWRITTEN).all()):  # (no generator: see RowWriter.release)
                     continue  # not written yet (rows filled out of order): nothing to infer from it
-                low = int(self.heads[e]) - k
+                low = int(st.heads[e]) - k
                 for w in used:
-                    if self.pads[w, row, e] != UNWRITTEN:
+                    if st.pads[w, row, e] != UNWRITTEN:
                         low = min(low, self._newest(w, row, e) - (k - 1))
                 aligned = max(low, 0) // L * L
-                if aligned > self.released[e]:
-                    self._free(e, int(self.released[e]), aligned)
-                    self.released[e] = aligned  # after the frees: an interrupt repeats them, harmlessly
+                if aligned > st.released[e]:
+                    self._free(e, int(st.released[e]), aligned)
+                    st.released[e] = aligned  # after the frees: an interrupt repeats them, harmlessly
 
     def _free(self, e: int, g0: int, g1: int) -> None:
-        arr, F = self.frames, self.ring_frames
+        arr, F = self._ring.frames, self.ring_frames
         assert arr is not None
         base = e * F
         if g1 - g0 >= F:
@@ -317,13 +324,12 @@ class FrameWrites:
         """Everything back to zeros (unwritten); the detected layout and ring are kept."""
         with self._lock:
             self._check_open()
-            self.has_last[:] = False  # first: no put extends a stream about to be freed
-            self.pads[...] = UNWRITTEN  # every row reads as zeros from here on
-            if self.frames is not None:
-                self.frames.clear()
-            fresh = {**self._blank(), **self._streams(self.layout), "layout": self.layout, "frames": self.frames,
-                     "_undo": None}
-            self.__dict__.update(fresh)  # one step
+            st = self._ring
+            st.has_last[:] = False  # first: no put extends a stream about to be freed
+            st.pads[...] = UNWRITTEN  # every row reads as zeros from here on
+            if st.frames is not None:
+                st.frames.clear()
+            self._ring = self._blank_ring(st.layout, st.frames)  # one step (no undo record: a fresh cell)
 
 
 _WRITER: Any = None  # sb3_integration.engine._native_put once imported

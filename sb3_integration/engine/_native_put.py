@@ -279,19 +279,21 @@ class RowWriter:
         """Store ``stacks[s]`` at ``[whiches[s], row]`` of frame store ``fs`` for every env; False if it cannot.
 
         The native call stops at a pair that needs Python (a chunk to open, the ring to
-        grow, a far delta); that pair is served here (``fs.frames.writable_chunk``, or
+        grow, a far delta); that pair is served here (the frame array's ``writable_chunk``, or
         ``fs._put_env``, the Python path) and the call goes on after it. Pairs already
         stored are whole: an interrupt leaves this row torn, as the Python path does,
         and every other row intact.
         """
         if len(stacks) > 2:
             return False
-        if fs.far and any([(w, row, e) in fs.far for w in range(1, fs.stacks_per_row) for e in range(fs.n_envs)]):
+        st = fs._ring  # (the store's state, RingState: nothing here replaces it)
+        far = st.far
+        if far and any([(w, row, e) in far for w in range(1, fs.stacks_per_row) for e in range(fs.n_envs)]):
             return False  # the rare far deltas of this row are forgotten in Python
         stop = self.put(fs, row, stacks[0], stacks[-1], whiches[0], whiches[-1], len(stacks))
         if stop >= 0:
             self._rest(fs, row, stacks, whiches, stop)
-        fs.used[whiches[0]] = fs.used[whiches[-1]] = True
+        st.used[whiches[0]] = st.used[whiches[-1]] = True
         return True
 
     def _rest(self, fs: Any, row: int, stacks: Sequence[np.ndarray], whiches: Sequence[int], stop: int) -> None:
@@ -302,7 +304,7 @@ class RowWriter:
             if stop != at:
                 opened, at = 0, stop
             if self.res[1] == NEED_OPEN and opened < 2:
-                fs.frames.writable_chunk(int(self.res[2]))
+                fs._ring.frames.writable_chunk(int(self.res[2]))
                 opened += 1  # then this pair again
             else:
                 e, s = divmod(stop, n_stacks)
@@ -318,18 +320,19 @@ class RowWriter:
 
         (See :func:`put_pairs`; ``self.res`` says why it stopped.) The chunks it filled are sealed.
         """
-        last = self._last[1] if self._last[0] is fs.last else self.last_bytes(fs.last)
+        st = fs._ring
+        last = self._last[1] if self._last[0] is st.last else self.last_bytes(st.last)
         a0 = x0 if x0.dtype == np.uint8 and x0.flags.c_contiguous else as_u8(x0)
         a1 = a0 if x1 is x0 else (x1 if x1.dtype == np.uint8 and x1.flags.c_contiguous else as_u8(x1))
         if last is None or a0 is None or a1 is None:
             self.res[1] = SLOW
             return start  # nothing stored: the caller takes the Python path
-        arr, res = fs.frames, self.res
+        arr, res = st.frames, self.res
         if start == 0 and self._ahead:  # a new row: the streams that filled a chunk go on in the next
             self._open_heads(fs, arr)
         chunks, addrs = arr.open_chunks()
-        stop = put_pairs(a0, a1, w0, w1, nstacks, row, arr.capacity // fs.n_envs, start, self.p, fs.heads,
-                         fs.released, fs.last_slot, fs.last_pad, fs.has_last, last, fs.slots, fs.deltas, fs.pads,
+        stop = put_pairs(a0, a1, w0, w1, nstacks, row, arr.capacity // fs.n_envs, start, self.p, st.heads,
+                         st.released, st.last_slot, st.last_pad, st.has_last, last, st.slots, st.deltas, st.pads,
                          chunks, addrs, self.full, res)
         if res[0]:
             full = self.full[:res[0]]
@@ -346,23 +349,23 @@ class RowWriter:
         envs, self._ahead = self._ahead, set()
         L = int(self.p[CHUNK_LEN])
         ring = arr.capacity // fs.n_envs
-        heads = fs.heads
+        heads = fs._ring.heads
         arr.open_empty([(e * ring + int(heads[e]) % ring) // L for e in envs if e < fs.n_envs])
 
     def release(self, fs: Any, row: int) -> bool:
         """:meth:`FrameStore.release_before` natively; False (nothing done) where Python must look far deltas up."""
-        used = self._used
+        used, st = self._used, fs._ring
         # (a list, not any() over a generator: one left suspended is closed whenever it is collected,
         # and a Ctrl-C landing in that close is swallowed as an unraisable exception)
-        if used.tolist() != [bool(v) for v in fs.used]:
-            used = self._used = np.array(fs.used, bool)
+        if used.tolist() != [bool(v) for v in st.used]:
+            used = self._used = np.array(st.used, bool)
         bounds = self._bounds
         if bounds.size != fs.n_envs:
             bounds = self._bounds = np.empty(fs.n_envs, np.int64)
-        if not release_bounds(row, self.p[DEPTH], self.p[CHUNK_LEN], used, fs.heads, fs.released, fs.slots,
-                              fs.deltas, fs.pads, bounds):
+        if not release_bounds(row, self.p[DEPTH], self.p[CHUNK_LEN], used, st.heads, st.released, st.slots,
+                              st.deltas, st.pads, bounds):
             return False
-        released = fs.released
+        released = st.released
         for e in np.flatnonzero(bounds > released).tolist():
             fs._free(e, int(released[e]), int(bounds[e]))
             released[e] = bounds[e]  # after the frees: an interrupt repeats them, harmlessly

@@ -20,14 +20,18 @@ __all__ = ["FrameIndex", "stack_frame_ids"]
 
 
 class FrameIndex(Protocol):
-    """The descriptors and streams of a frame store (:class:`~sb3_integration.engine.frames.FrameStore`)."""
+    """The descriptors and streams of a frame store (its :class:`~sb3_integration.engine.frame_ring.RingState`)."""
 
-    slots: np.ndarray
-    deltas: np.ndarray
-    pads: np.ndarray
-    heads: np.ndarray
-    far: dict[tuple[int, int, int], int]
-    stacks_per_row: int
+    @property
+    def slots(self) -> np.ndarray: ...
+    @property
+    def deltas(self) -> np.ndarray: ...
+    @property
+    def pads(self) -> np.ndarray: ...
+    @property
+    def heads(self) -> np.ndarray: ...
+    @property
+    def far(self) -> dict[tuple[int, int, int], int]: ...
 
 
 def stack_frame_ids(index: FrameIndex, which: Any, rows: np.ndarray, envs: np.ndarray, k: int, F: int) -> np.ndarray:
@@ -52,7 +56,7 @@ def _frame_ids_numpy(index: FrameIndex, which: Any, rows: np.ndarray, envs: np.n
     heads = index.heads[envs]
     # the newest frame's global number, from its low 32 bits and the stream head
     ids = heads - ((heads - index.slots[rows, envs]) % WRAP)
-    if index.stacks_per_row > 1 and np.any(which):
+    if len(index.pads) > 1 and np.any(which):  # (pads: one row of descriptors per kind of stack)
         w = np.broadcast_to(np.asarray(which, np.int64), ids.shape)
         delta = np.where(w > 0, index.deltas[np.maximum(w - 1, 0), rows, envs], 0)
         ids += delta

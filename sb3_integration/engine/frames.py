@@ -77,7 +77,8 @@ every row other than the one being written as it was, and the store usable:
 a stream is marked "no last stack" before it moves and marked again only once
 its frames, descriptors and last stack agree; growing the ring is one swap of
 the frame array's table (``ring_frames`` is derived from it); deciding the
-layout and clearing build their new state apart and install it in one step.
+layout, clearing and loading a state build their new state apart and install it
+with one assignment (:class:`~sb3_integration.engine.frame_ring.RingState`).
 Reads and writes hold the store's lock in ``with`` blocks.
 """
 
@@ -103,6 +104,7 @@ from sb3_integration.engine.device_stacks import (
     read_stacks,
 )
 from sb3_integration.engine.frame_ids import stack_frame_ids
+from sb3_integration.engine.frame_ring import RingState
 from sb3_integration.engine.frame_state import (
     FAR,
     UNWRITTEN,
@@ -211,43 +213,12 @@ class FrameStore(FrameWrites):
         self.name = name
         self._lock = threading.RLock()  # put / gather / release are atomic to each other
         self._closed = False
-        self.__dict__.update(self._blank())
+        self._ring = self._blank_ring()
         _native_writer()  # loaded now, not in the middle of a first put (which would then take more steps)
         if not self.dedup or not self.obs_shape or not stack_candidates(self.obs_shape, self.axis_order):
             self._decide(StackLayout.whole(self.obs_shape))
 
-    # -- state ---------------------------------------------------------------------
-    def _blank(self) -> dict[str, Any]:
-        """The state of a store with nothing written and no layout, as attributes."""
-        n, spr = self.n_envs, self.stacks_per_row
-        # descriptors: where the newest frame of stack [which, row, env] is (see the module
-        # docstring), and its padding; an unwritten stack is all padding, so it reads as zeros
-        return {
-            "slots": np.zeros((self.n_rows, n), np.uint32),
-            "deltas": np.zeros((spr - 1, self.n_rows, n), np.uint8),
-            "far": {},  # deltas of FAR: (which, row, env) -> g mod 2**32
-            "pads": np.full((spr, self.n_rows, n), UNWRITTEN, np.uint8),
-            "used": [False] * spr,
-            "layout": None,
-            "frames": None,
-            "last": None,
-            "_pending": [],
-            "_undo": None,  # where the owner's current try began (FrameWrites._begin_attempt)
-            **self._streams(None),
-        }
-
-    def _streams(self, layout: StackLayout | None) -> dict[str, Any]:
-        """Fresh per-env streams, as attributes (installed in one step)."""
-        n = self.n_envs
-        return {
-            "heads": np.zeros(n, np.int64),  # global frame number of the next frame, per env
-            "released": np.zeros(n, np.int64),  # frames below this (chunk-aligned) are freed
-            "last_slot": np.full(n, -1, np.int64),  # global number of the last stack's newest frame
-            "last_pad": np.zeros(n, np.int64),
-            "has_last": np.zeros(n, bool),
-            "last": None if layout is None else np.zeros((n, *self.obs_shape), self.dtype),
-        }
-
+    # -- state: self._ring, a RingState (sb3_integration.engine.frame_ring) -----------
     chunk_len = property(lambda self: self.options.chunk_len, doc="Frames per chunk.")
     codec = property(lambda self: self.options.codec, doc="Codec of the frames (of a device store's saved state).")
     tier = property(lambda self: self.options.tier, doc="Tier of a host store's chunks, or a factory of one.")
@@ -257,17 +228,19 @@ class FrameStore(FrameWrites):
     @property
     def ring_frames(self) -> int:
         """Frames per env region of the ring (0 before the layout is known)."""
-        return 0 if self.frames is None else self.frames.capacity // self.n_envs
+        frames = self._ring.frames
+        return 0 if frames is None else frames.capacity // self.n_envs
 
     @property
     def frames_written(self) -> int:
         """Frames stored since the last clear, all envs."""
-        return int(self.heads.sum())
+        return int(self._ring.heads.sum())
 
     @property
     def max_ring_frames(self) -> int:
         """The worst case (:func:`~sb3_integration.engine.frame_state.ring_bound`)."""
-        k = 1 if self.layout is None else self.layout.depth
+        layout = self._ring.layout
+        k = 1 if layout is None else layout.depth
         return ring_bound(self.n_rows, self.stacks_per_row, k, self.chunk_len)
 
     def _round(self, frames: int) -> int:
@@ -306,17 +279,17 @@ class FrameStore(FrameWrites):
     def _decide(self, layout: StackLayout) -> None:
         """Fix the layout, build the ring, and store what waited for it: one step for readers."""
         start = int((self.n_rows + 1) * _START_FRAMES_PER_ROW) + layout.depth + 2 * self.chunk_len
-        scratch = FrameStore.__new__(FrameStore)  # built apart, installed whole
-        scratch.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_pending"})
-        scratch.__dict__.update({**self._blank(), **self._streams(layout), "layout": layout,
-                                 "used": list(self.used)})
-        scratch.frames = self._new_frames(layout, min(self._round(start), scratch.max_ring_frames))
-        pending = self._pending
-        final = {(w, r): i for i, (w, r, _) in enumerate(pending)}  # rows overwritten meanwhile are dead
-        for i, (which, row, x) in enumerate(pending):
+        old = self._ring
+        frames = self._new_frames(layout, min(self._round(start), ring_bound(self.n_rows, self.stacks_per_row,
+                                                                             layout.depth, self.chunk_len)))
+        scratch = FrameStore.__new__(FrameStore)  # this store's config with the new state: written apart
+        scratch.__dict__.update(self.__dict__)  # (the config only: the state is the one _ring below)
+        scratch._ring = self._blank_ring(layout, frames, list(old.used))
+        final = {(w, r): i for i, (w, r, _) in enumerate(old.pending)}  # rows overwritten meanwhile are dead
+        for i, (which, row, x) in enumerate(old.pending):
             if final[(which, row)] == i:
                 scratch._put(which, row, x)
-        self.__dict__.update(scratch.__dict__)  # the one step
+        self._ring = scratch._ring  # the one step
 
     def set_layout(self, layout: StackLayout) -> None:
         """Use ``layout`` instead of detecting one (several stores whose chunks must fit each other).
@@ -336,10 +309,12 @@ class FrameStore(FrameWrites):
     def ensure_layout(self) -> StackLayout:
         """Decide the layout now (whole observations if nothing stacked yet)."""
         with self._lock:
-            if self.layout is None:
+            layout = self._ring.layout
+            if layout is None:
                 self._decide(StackLayout.whole(self.obs_shape))
-            assert self.layout is not None
-            return self.layout
+                layout = self._ring.layout
+                assert layout is not None
+            return layout
 
     # -- reading -------------------------------------------------------------------
     def frame_ids(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
@@ -349,7 +324,7 @@ class FrameStore(FrameWrites):
         (:func:`sb3_integration.engine.frame_ids.stack_frame_ids`).
         """
         layout = self.ensure_layout()
-        return stack_frame_ids(self, which, rows, envs, layout.depth, self.ring_frames)
+        return stack_frame_ids(self._ring, which, rows, envs, layout.depth, self.ring_frames)
 
     def newest_frames(self, which: Any, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The global frame number of each stack's newest frame in its env's stream, and its padding.
@@ -360,7 +335,7 @@ class FrameStore(FrameWrites):
         """
         ids = self.frame_ids(which, rows, envs)
         envs = np.asarray(envs, np.int64)
-        ring_frames, heads = self.ring_frames, self.heads[envs]
+        ring_frames, heads = self.ring_frames, self._ring.heads[envs]
         local = ids[:, -1] - envs * ring_frames  # position in the env's ring (an all-padding stack: meaningless)
         newest = heads - 1 - ((heads - 1 - local) % ring_frames)
         return newest, (ids < 0).sum(axis=1)
@@ -377,7 +352,7 @@ class FrameStore(FrameWrites):
         with self._lock:
             self._check_open()
             lay = self.ensure_layout()
-            n, m = len(envs), len(requests)
+            st, n, m = self._ring, len(envs), len(requests)  # (read after ensure_layout: it may install one)
             envs = np.asarray(envs, np.int64)
             if m == 1:
                 which, rows = requests[0]
@@ -386,14 +361,16 @@ class FrameStore(FrameWrites):
                 for i, (w, r) in enumerate(requests):
                     which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
                 envs = np.concatenate((envs,) * m)  # (np.tile's Python costs ~5 us a sample)
-            if self.frames is not None and self.frames.device is not None:  # tensors on the frames' device
+            frames = st.frames
+            assert frames is not None  # (the layout is known)
+            if frames.device is not None:  # tensors on the frames' device
                 ids = self.frame_ids(which, rows, envs) if n else np.zeros((0, lay.depth), np.int64)
-                return read_stacks(self.frames, lay, ids, m)
+                return read_stacks(frames, lay, ids, m)
             outputs = self.__dict__.get("_outputs") or self.__dict__.setdefault("_outputs", OutputBlocks())
             out = outputs.take((m * n, *self.obs_shape), self.dtype)  # reused once no batch refers to it
             if n:
-                assert self.frames is not None
-                self.frames.take_into(self.frame_ids(which, rows, envs), lay.split(out), checked=False)
+                ids = stack_frame_ids(st, which, rows, envs, lay.depth, frames.capacity // self.n_envs)
+                frames.take_into(ids, lay.split(out), checked=False)
             return [out[i * n:(i + 1) * n] for i in range(m)]
 
     def view(self, which: int) -> None:
@@ -410,8 +387,9 @@ class FrameStore(FrameWrites):
     @property
     def index_nbytes(self) -> int:
         """Descriptors (slots, deltas, pads, the rare far deltas) and the kept last stacks."""
-        last = self.last.nbytes if self.last is not None else 0
-        return self.slots.nbytes + self.deltas.nbytes + self.pads.nbytes + 32 * len(self.far) + last
+        st = self._ring
+        last = st.last.nbytes if st.last is not None else 0
+        return st.slots.nbytes + st.deltas.nbytes + st.pads.nbytes + 32 * len(st.far) + last
 
     @property
     def nbytes_stored(self) -> int:
@@ -421,15 +399,17 @@ class FrameStore(FrameWrites):
         the frame array's host bytes (per-frame index, open chunks, spilled segments,
         staging buffers, reference copies) instead of chunks and table.
         """
-        total = self.index_nbytes + sum(x.nbytes for _, _, x in self._pending)
-        if self.frames is not None:
-            total += self.frames.nbytes_stored
+        st = self._ring
+        total = self.index_nbytes + sum(x.nbytes for _, _, x in st.pending)
+        if st.frames is not None:
+            total += st.frames.nbytes_stored
         return total
 
     @property
     def device_nbytes(self) -> int:
         """Bytes of device memory the frames hold (0 for host frames)."""
-        return 0 if self.frames is None else self.frames.device_nbytes
+        frames = self._ring.frames
+        return 0 if frames is None else frames.device_nbytes
 
     def held_info(self) -> dict[str, int]:
         """Every byte of this process's memory the store holds, by kind (:attr:`nbytes_held` sums them).
@@ -440,11 +420,12 @@ class FrameStore(FrameWrites):
         and the output blocks kept for reuse by :meth:`gather`. Device memory is
         :attr:`device_nbytes`.
         """
+        st = self._ring
         held = {"tier": 0, "open_chunks": 0, "spare_buffers": 0, "chunk_table": 0}
-        if self.frames is not None:
-            held.update(self.frames.held_info())
+        if st.frames is not None:
+            held.update(st.frames.held_info())
         held["index"] = self.index_nbytes
-        held["pending"] = sum(x.nbytes for _, _, x in self._pending)
+        held["pending"] = sum(x.nbytes for _, _, x in st.pending)
         held["output_blocks"] = self.output_nbytes
         return held
 
@@ -454,9 +435,10 @@ class FrameStore(FrameWrites):
         return sum(self.held_info().values())
 
     def info(self) -> dict[str, Any]:
-        if self.frames is not None and self.frames.device is not None:
-            return device_info(self, self.frames)
-        layout, arr = self.layout, (self.frames.info() if self.frames is not None else None)
+        st = self._ring
+        if st.frames is not None and st.frames.device is not None:
+            return device_info(self, st.frames)
+        layout, arr = st.layout, (st.frames.info() if st.frames is not None else None)
         return {
             "name": self.name,
             "obs_shape": self.obs_shape,
@@ -487,8 +469,8 @@ class FrameStore(FrameWrites):
             if self._closed:
                 return
             self._closed = True
-            if self.frames is not None:
-                self.frames.close()
+            if self._ring.frames is not None:
+                self._ring.frames.close()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -501,26 +483,28 @@ class FrameStore(FrameWrites):
         The store may go on being written meanwhile; the state does not change.
         """
         with self._lock:
+            st = self._ring
             return FrameStoreState(
                 obs_shape=self.obs_shape, dtype=self.dtype, n_rows=self.n_rows, n_envs=self.n_envs,
-                stacks_per_row=self.stacks_per_row, dedup=self.dedup, layout=self.layout,
-                ring_frames=self.ring_frames if self.layout is not None else None,
-                slots=self.slots.copy(), deltas=self.deltas.copy(), far=far_array(self.far),
-                pads=self.pads.copy(), heads=self.heads.copy(), released=self.released.copy(),
-                last_slot=self.last_slot.copy(), last_pad=self.last_pad.copy(), has_last=self.has_last.copy(),
-                last=None if self.last is None else self.last.copy(), used=list(self.used),
+                stacks_per_row=self.stacks_per_row, dedup=self.dedup, layout=st.layout,
+                ring_frames=self.ring_frames if st.layout is not None else None,
+                slots=st.slots.copy(), deltas=st.deltas.copy(), far=far_array(st.far),
+                pads=st.pads.copy(), heads=st.heads.copy(), released=st.released.copy(),
+                last_slot=st.last_slot.copy(), last_pad=st.last_pad.copy(), has_last=st.has_last.copy(),
+                last=None if st.last is None else st.last.copy(), used=list(st.used),
                 frames=self._frames_snapshot(),
-                pending=[(w, r, x.copy()) for w, r, x in self._pending],
+                pending=[(w, r, x.copy()) for w, r, x in st.pending],
             )
 
     def _frames_snapshot(self) -> ArraySnapshot | None:
         """The frames now: a ChunkedArray's snapshot, or device frames encoded on the host with ``codec``."""
-        if self.frames is None:
+        frames = self._ring.frames
+        if frames is None:
             return None
-        if self.frames.device is not None and self.frames.device.type == "meta":  # before torch's error
+        if frames.device is not None and frames.device.type == "meta":  # before torch's error
             raise ValueError(f"{self.name}: {META_NO_DATA}: it cannot be saved, pickled or captured "
                              "(state_dict)")
-        return self.frames.snapshot(self.codec)
+        return frames.snapshot(self.codec)
 
     def load_state_dict(self, state: FrameStoreState) -> None:
         """Become ``state`` (from :meth:`state_dict`, a file or a pickle), in one step.
@@ -538,19 +522,18 @@ class FrameStore(FrameWrites):
                     max_ring_frames=ring_bound(self.n_rows, self.stacks_per_row, depth, self.chunk_len),
                     name=self.name)
         frames = self._state_frames(state.frames, state.layout)
-        new = {
-            "slots": state.slots, "deltas": state.deltas, "pads": state.pads,
-            "far": {(int(which), int(row), int(env)): int(number) for which, row, env, number in state.far.tolist()},
-            "heads": state.heads, "released": state.released, "last_slot": state.last_slot,
-            "last_pad": state.last_pad, "has_last": state.has_last, "used": [bool(u) for u in state.used],
-            "_pending": list(state.pending), "layout": state.layout, "_undo": None,
-            "frames": frames if state.layout is not None else None,
-            "last": state.last if state.layout is not None else None,
-        }
+        known = state.layout is not None
+        new = RingState(
+            layout=state.layout, frames=frames if known else None, slots=state.slots, deltas=state.deltas,
+            far={(int(which), int(row), int(env)): int(number) for which, row, env, number in state.far.tolist()},
+            pads=state.pads, used=[bool(u) for u in state.used], heads=state.heads, released=state.released,
+            last_slot=state.last_slot, last_pad=state.last_pad, has_last=state.has_last,
+            last=state.last if known else None, pending=list(state.pending), undo=[None],
+        )
         with self._lock:
-            old = self.frames
-            self.__dict__.update(new)  # one step
-            if old is not None and old is not self.frames:
+            old = self._ring.frames
+            self._ring = new  # one step
+            if old is not None and old is not new.frames:
                 old.close()
 
     def _state_frames(self, given: Any, layout: StackLayout | None) -> ChunkedArray | DeviceArray | None:
@@ -582,8 +565,9 @@ class FrameStore(FrameWrites):
     def share_cache(self, cache: LRUChunkCache | int) -> None:
         """Use one shared decoded-chunk cache (after unpickling); 0 for none. Device frames have none."""
         self.cache = cache
-        if isinstance(self.frames, ChunkedArray):
-            self.frames.cache = cache if isinstance(cache, LRUChunkCache) else None
+        frames = self._ring.frames
+        if isinstance(frames, ChunkedArray):
+            frames.cache = cache if isinstance(cache, LRUChunkCache) else None
 
     # -- pickling: compressed chunks and small arrays, through the state -------------
     def _config(self) -> dict[str, Any]:

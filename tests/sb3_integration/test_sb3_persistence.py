@@ -210,17 +210,20 @@ def test_saved_state_covers_every_attribute():
     """A new attribute on the buffers or FrameStore must be in its state object (or rebuilt)."""
     import dataclasses
 
+    from sb3_integration.engine.frame_ring import RingState
     from sb3_integration.engine.frames import FrameStoreState
 
     rebuilt = {"options",  # codec, chunk_len, tier, threads, dedup, device, budget_bytes: the constructor's
-               "cache", "budget", "axis_order", "name", "_lock", "_closed",
-               "_undo"}  # where the owner's current try began: nothing to undo in a loaded store
+               "cache", "budget", "axis_order", "name", "_lock", "_closed"}
     derived = {"ring_frames"}  # from the frame array's capacity
-    state_to_attr = {"pending": "_pending"}
-    saved = {state_to_attr.get(f.name, f.name) for f in dataclasses.fields(FrameStoreState)} - derived
+    geometry = {"obs_shape", "dtype", "n_rows", "n_envs", "stacks_per_row", "dedup"}
+    saved = {f.name for f in dataclasses.fields(FrameStoreState)} - derived
     fs = FrameStore((4, 6, 5), np.uint8, 10, 2)
     fs.ensure_layout()
-    assert set(vars(fs)) == rebuilt | saved
+    assert set(vars(fs)) == rebuilt | geometry | {"_ring"}  # the live state: one RingState
+    # every field of it saved but the undo record (where the owner's current try began: nothing to undo
+    # in a loaded store)
+    assert {f.name for f in dataclasses.fields(RingState)} == (saved - geometry) | {"undo"}
     # the buffer: constructor arguments, position, SB3's arrays, frame stores; the rest is rebuilt
     buffer_attrs = {"buffer_size", "n_envs", "pos", "full", "optimize_memory_usage",
                     "handle_timeout_termination", "observation_space", "action_space", "device",
