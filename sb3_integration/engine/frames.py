@@ -369,7 +369,7 @@ class FrameStore(FrameWrites):
             outputs = self.__dict__.get("_outputs") or self.__dict__.setdefault("_outputs", OutputBlocks())
             out = outputs.take((m * n, *self.obs_shape), self.dtype)  # reused once no batch refers to it
             if n:
-                ids = stack_frame_ids(st, which, rows, envs, lay.depth, frames.capacity // self.n_envs)
+                ids = stack_frame_ids(st, which, rows, envs, lay.depth, self.ring_frames)
                 frames.take_into(ids, lay.split(out), checked=False)
             return [out[i * n:(i + 1) * n] for i in range(m)]
 
