@@ -43,6 +43,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -306,9 +307,10 @@ def _summary(scenario: str, glibc: str, runs: dict[str, list[dict[str, Any]]]) -
         ratios = [r["steps_per_s"] / s["steps_per_s"] for r, s in zip(rs, sb3, strict=True)
                   if "error" not in r and "error" not in s]
         shas = {r.get("params_sha") for r in good}
+        sb3_shas = {r.get("params_sha") for r in sb3 if "error" not in r}
         same = None
         if arm != "sb3" and good and "params_sha" in good[0]:
-            same = shas == {r.get("params_sha") for r in sb3 if "error" not in r}
+            same = shas <= sb3_shas  # every round of this arm ends where a round of SB3's does
         rows.append({
             "scenario": scenario, "glibc": glibc, "arm": arm, "env": good[0]["env"] if good else None,
             "rounds": len(good), "steps_per_s": best,
@@ -319,7 +321,8 @@ def _summary(scenario: str, glibc: str, runs: dict[str, list[dict[str, Any]]]) -
             if good and all("buffer_ms_per_step" in r for r in good) else None,
             "buffer_share": statistics.median(r["buffer_ms_per_step"] * r["steps_per_s"] / 1000 for r in good)
             if good and all("buffer_ms_per_step" in r for r in good) else None,
-            "params_equal_sb3": {None: "", True: "yes", False: "no"}[same],
+            "params_equal_sb3": "" if same is None else "no" if not same else "yes" if len(sb3_shas) == 1
+            else f"yes (SB3's own {len(sb3)} rounds end with {len(sb3_shas)} different parameters)",
             "errors": [r["error"] for r in rs if "error" in r],
         })
     return rows
@@ -347,10 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1200, help="seconds per arm process")
     p.add_argument("--out", default=None, help="JSON path (a .md is written beside it)")
+    p.add_argument("--resummarize", default=None, metavar="JSON",
+                   help="rebuild the rows and the .md of a saved run from its per-round results, run nothing")
     p.add_argument("--config", default=None, help=argparse.SUPPRESS)  # child mode
     args = p.parse_args(argv)
     if args.config:
         print(json.dumps(_arm(json.loads(args.config))))
+        return 0
+    if args.resummarize:
+        resummarize(args.resummarize)
         return 0
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(scenarios) - set(SCENARIOS)
@@ -380,9 +388,18 @@ def main(argv: list[str] | None = None) -> int:
                     runs[arm].append(res)
             raw[f"{glibc}/{scenario}"] = runs
             rows += _summary(scenario, glibc, runs)
-    md = (f"Training steps/s, SB3's buffer against ours: {args.rounds} rounds, arms alternating, each arm a "
-          f"fresh process, torch 1 thread; {args.steps} timed steps after {args.learning_starts}; prefetch "
-          f"{args.prefetch}; loop learner step {args.step_ms} ms off the GIL. steps/s: best round; ratio: best "
+    md = _markdown(rows, args.rounds, args.steps, args.learning_starts, args.prefetch, args.step_ms)
+    print(md)
+    save_results(args.out, {"config": {**base, "rounds": args.rounds, "glibc": args.glibc}, "rows": rows,
+                            "runs": raw}, md)
+    return 0 if not any(r["errors"] for r in rows) else 1
+
+
+def _markdown(rows: list[dict[str, Any]], rounds: int, steps: int, learning_starts: int, prefetch: int,
+              step_ms: float) -> str:
+    md = (f"Training steps/s, SB3's buffer against ours: {rounds} rounds, arms alternating, each arm a "
+          f"fresh process, torch 1 thread; {steps} timed steps after {learning_starts}; prefetch "
+          f"{prefetch}; loop learner step {step_ms} ms off the GIL. steps/s: best round; ratio: best "
           f"over SB3's best; round ratios: each round against SB3's of the same round; in add() + sample(): the "
           f"time an algorithm's step spends inside the buffer (SAC / TD3 / DQN), median over rounds.\n\n")
     md += md_table(rows, [("scenario", "scenario"), ("glibc", "glibc"), ("arm", "arm"), ("env", "env"),
@@ -390,10 +407,23 @@ def main(argv: list[str] | None = None) -> int:
                           ("sample_wait_ms", "sample() wait ms (median)"),
                           ("buffer_ms_per_step", "in add() + sample() ms/step (median)"),
                           ("buffer_share", "share of a step"), ("params_equal_sb3", "params = SB3")])
+    return md
+
+
+def resummarize(path: str) -> None:
+    """Rebuild a saved run's rows and tables from the per-round results it keeps (``--resummarize``)."""
+    out = Path(path)
+    data = json.loads(out.read_text())
+    cfg = data["config"]
+    rows = []
+    for key, runs in data["runs"].items():
+        glibc, scenario = key.split("/", 1)
+        rows += _summary(scenario, glibc, runs)
+    data["rows"] = rows
+    md = _markdown(rows, cfg["rounds"], cfg["steps"], cfg["learning_starts"], cfg["prefetch"], cfg["step_ms"])
+    out.write_text(json.dumps(data, indent=1))
+    out.with_suffix(".md").write_text(md.rstrip() + "\n")
     print(md)
-    save_results(args.out, {"config": {**base, "rounds": args.rounds, "glibc": args.glibc}, "rows": rows,
-                            "runs": raw}, md)
-    return 0 if not any(r["errors"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -40,16 +40,31 @@ def stack_frame_ids(index: FrameIndex, which: Any, rows: np.ndarray, envs: np.nd
     ``which``, ``rows`` and ``envs`` broadcast together (int64, in range); ``k`` is the stack depth.
     """
     if native.available():
-        w = np.full(len(rows), which, np.int64) if np.isscalar(which) else np.asarray(which, np.int64)
+        if type(which) is np.ndarray and which.dtype == np.int64:
+            w = which
+        else:
+            w = np.full(len(rows), which, np.int64) if np.isscalar(which) else np.asarray(which, np.int64)
         out = np.empty((len(rows), k), np.int64)
-        from sb3_integration.engine._native_frames import stack_ids
-
+        stack_ids = _native_stack_ids()
         if not stack_ids(w, rows, envs, index.slots, index.deltas, index.pads, index.heads, k, F, out):
             return out
         far = out[:, 0] == -2  # rare: resolved by the numpy path below
         out[far] = _frame_ids_numpy(index, w[far], rows[far], envs[far], k, F)
         return out
     return _frame_ids_numpy(index, which, rows, envs, k, F)
+
+
+_stack_ids: Any = None
+
+
+def _native_stack_ids() -> Any:
+    """The numba kernel (imported at the first native read: an import statement per call cost ~5 us)."""
+    global _stack_ids
+    if _stack_ids is None:
+        from sb3_integration.engine._native_frames import stack_ids
+
+        _stack_ids = stack_ids
+    return _stack_ids
 
 
 def _frame_ids_numpy(index: FrameIndex, which: Any, rows: np.ndarray, envs: np.ndarray, k: int, F: int) -> np.ndarray:

@@ -357,9 +357,14 @@ class FrameStore(FrameWrites):
             if m == 1:
                 which, rows = requests[0]
             else:  # all requests in one vectorised pass
-                which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
-                for i, (w, r) in enumerate(requests):
-                    which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
+                ws = tuple(w for w, _ in requests)
+                if all(type(w) is int for w in ws):  # the common case: one kind of stack per request
+                    which = self._which_of(ws, n)
+                    rows = np.concatenate([r for _, r in requests]).astype(np.int64, copy=False)
+                else:
+                    which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
+                    for i, (w, r) in enumerate(requests):
+                        which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
                 envs = np.concatenate((envs,) * m)  # (np.tile's Python costs ~5 us a sample)
             frames = st.frames
             assert frames is not None  # (the layout is known)
@@ -371,7 +376,16 @@ class FrameStore(FrameWrites):
             if n:
                 ids = stack_frame_ids(st, which, rows, envs, lay.depth, self.ring_frames)
                 frames.take_into(ids, lay.split(out), checked=False)
-            return [out[i * n:(i + 1) * n] for i in range(m)]
+            return [out[:n], out[n:]] if m == 2 else [out[i * n:(i + 1) * n] for i in range(m)]
+
+    def _which_of(self, ws: tuple[int, ...], n: int) -> np.ndarray:
+        """``ws[i]`` repeated ``n`` times each (read-only; the last one is kept: a sampler asks the same)."""
+        kept = self.__dict__.get("_which")
+        if kept is None or kept[0] != (ws, n):
+            which = np.repeat(np.array(ws, np.int64), n)
+            which.flags.writeable = False
+            kept = self.__dict__["_which"] = ((ws, n), which)
+        return kept[1]
 
     def view(self, which: int) -> None:
         """None: a frame store's stacks are read through :meth:`gather` (the buffer's views call it)."""
