@@ -361,6 +361,8 @@ class FrameStore(FrameWrites):
                 if all(type(w) is int for w in ws):  # the common case: one kind of stack per request
                     which = self._which_of(ws, n)
                     rows = np.concatenate([r for _, r in requests]).astype(np.int64, copy=False)
+                    if rows.shape != (m * n,):
+                        raise ValueError(f"each request's rows must be 1-D, {n} long like envs")
                 else:
                     which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
                     for i, (w, r) in enumerate(requests):
@@ -379,12 +381,11 @@ class FrameStore(FrameWrites):
             return [out[:n], out[n:]] if m == 2 else [out[i * n:(i + 1) * n] for i in range(m)]
 
     def _which_of(self, ws: tuple[int, ...], n: int) -> np.ndarray:
-        """``ws[i]`` repeated ``n`` times each (read-only; the last one is kept: a sampler asks the same)."""
+        """``ws[i]`` repeated ``n`` times each; the last one is kept (a sampler asks the same), so its
+        readers never write it (left writeable: a read-only array would compile the kernels again)."""
         kept = self.__dict__.get("_which")
         if kept is None or kept[0] != (ws, n):
-            which = np.repeat(np.array(ws, np.int64), n)
-            which.flags.writeable = False
-            kept = self.__dict__["_which"] = ((ws, n), which)
+            kept = self.__dict__["_which"] = ((ws, n), np.repeat(np.array(ws, np.int64), n))
         return kept[1]
 
     def view(self, which: int) -> None:

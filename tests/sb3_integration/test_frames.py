@@ -105,6 +105,23 @@ def test_unwritten_rows_read_zeros():
     assert out[0][:3].any()
 
 
+def test_gather_of_two_kinds_repeats_the_kinds_and_refuses_rows_unlike_envs():
+    fs = FrameStore((4, 6, 5), np.uint8, 10, 2, chunk_len=4)
+    for t, (obs, nxt) in enumerate(frame_stack_stream(6, 2)):
+        fs.put(0, t, obs)
+        fs.put(1, t, nxt)
+    rows, envs = np.array([0, 5, 2, 5]), np.array([1, 0, 1, 1])
+    for _ in range(2):  # the second read reuses the kept kinds
+        o, n = fs.gather([(0, rows), (1, rows)], envs)
+        assert np.array_equal(o, fs.gather([(0, rows)], envs)[0])
+        assert np.array_equal(n, fs.gather([(1, rows)], envs)[0])
+        assert not np.array_equal(o, n)
+    o2, n2 = fs.gather([(0, rows[:2]), (1, rows[:2])], envs[:2])  # another length: the kinds made anew
+    assert np.array_equal(o2, o[:2]) and np.array_equal(n2, n[:2])
+    with pytest.raises(ValueError, match="4 long like envs"):
+        fs.gather([(0, rows), (1, rows[:3])], envs)
+
+
 def test_non_stacked_data_stored_whole():
     rng = np.random.default_rng(0)
     fs = FrameStore((7,), np.float32, 20, 1, chunk_len=4)
