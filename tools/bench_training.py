@@ -222,6 +222,7 @@ def _drq(cfg: dict[str, Any]) -> dict[str, Any]:
     import torch as th
 
     th.manual_seed(cfg["seed"])
+    th.set_num_threads(1)  # as in the other scenarios: the learner's step on one core (it took both before)
     data = rgb.Data(cfg["rgb_frames"], cfg["rgb_source"], seed=cfg["seed"])
     buffer_class, kwargs = _buffer_args(cfg)
     buf = rgb.make("sb3" if buffer_class is None else "ours", "box", cfg["rgb_buffer"], **kwargs)
