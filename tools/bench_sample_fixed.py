@@ -11,6 +11,10 @@ interleaved blocks of 10 calls (the order flipping each block), >= 3 rounds; the
 the median per-call time of each, ours / SB3 and the microseconds per call over SB3's (the
 fixed cost the issue is about, at batch 32).
 
+``--game`` picks the Atari game (Pong by default, the game of the earlier runs). ``--gap-ms``
+sleeps before each timed call, as a learner's step that releases the GIL would: caches, the CPU
+and the decode's helper thread go cold between calls, which back-to-back calls never show.
+
 Each glibc setting (``tools/_bench_common.py``'s ``GLIBC``: its defaults, and ``spared``, where
 glibc reuses freed memory so SB3's fresh batch arrays cost no page faults) runs in its own fresh
 child (``run_fresh``). ``--before PATH`` runs the same children with ``PYTHONPATH=PATH`` (a
@@ -73,15 +77,15 @@ def _rgb_transitions(game: str, n: int, cache_dir: str | None) -> tuple[np.ndarr
     return obs, nxt, dones
 
 
-def _data(kind: str, rows: int, cache_dir: str | None) -> dict[str, Any]:
+def _data(kind: str, rows: int, cache_dir: str | None, game: str = "Pong") -> dict[str, Any]:
     from atari_data import collect_stacked
 
     rng = np.random.default_rng(0)
     if kind.startswith("Atari"):
-        tr = collect_stacked("Pong", rows, seed=0, cache_dir=cache_dir)
+        tr = collect_stacked(game, rows, seed=0, cache_dir=cache_dir)
         return {"obs": tr.obs[:, 0], "next_obs": tr.next_obs[:, 0], "dones": tr.dones[:, 0].astype(bool),
                 "actions": tr.actions[:, 0].reshape(rows, -1), "rewards": tr.rewards[:, 0].astype(np.float32)}
-    obs, nxt, dones = _rgb_transitions("Pong", rows, cache_dir)
+    obs, nxt, dones = _rgb_transitions(game, rows, cache_dir)
     return {"obs": obs, "next_obs": nxt, "dones": dones,
             "actions": rng.uniform(-1, 1, (rows, 6)).astype(np.float32),
             "rewards": rng.standard_normal(rows).astype(np.float32)}
@@ -98,7 +102,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     th.set_num_threads(1)
     out: dict[str, Any] = {"glibc_env": {k: os.environ.get(k) for k in GLIBC["spared"]}}
     for kind in KINDS:
-        d = _data(kind, cfg["rows"], cfg.get("cache_dir"))
+        d = _data(kind, cfg["rows"], cfg.get("cache_dir"), cfg.get("game", "Pong"))
         obs_space = spaces.Box(0, 255, d["obs"].shape[1:], np.uint8)
         act_space = spaces.Discrete(6) if kind.startswith("Atari") else spaces.Box(-1, 1, (6,), np.float32)
         cap = cfg["capacity"]
@@ -120,8 +124,18 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
                 for buf in bufs.values():
                     for _ in range(5):
                         buf.sample(batch)
+                gap = cfg.get("gap_ms", 0) / 1000
                 for block in range(cfg["samples"] * (4 if batch == 32 else 1) // BLOCK):
                     for name, buf in order[::-1] if block % 2 else order:
+                        if gap:  # each call after a pause: a learner's step, caches and threads gone cold
+                            spent = 0.0
+                            for _ in range(BLOCK):
+                                time.sleep(gap)
+                                t0 = time.perf_counter()
+                                buf.sample(batch)
+                                spent += time.perf_counter() - t0
+                            times.setdefault((name, batch), []).append(spent / BLOCK)
+                            continue
                         t0 = time.perf_counter()
                         for _ in range(BLOCK):
                             buf.sample(batch)
@@ -146,6 +160,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--glibc", nargs="+", default=list(GLIBC), choices=list(GLIBC))
     parser.add_argument("--before", default=None, help="PYTHONPATH of the code before the change (a checkout)")
     parser.add_argument("--cache-dir", default=None, help="tools/atari_data.py's cache (default ./data)")
+    parser.add_argument("--game", default="Pong", help="the Atari game of both kinds' frames")
+    parser.add_argument("--gap-ms", type=float, default=0.0,
+                        help="sleep before each timed call (a learner step that releases the GIL): 0, back to back")
     parser.add_argument("--out", default=None, help="JSON file (a .md table is written beside it)")
     parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -154,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
 
     cfg = {"capacity": args.capacity, "rows": args.rows, "rounds": args.rounds, "samples": args.samples,
-           "cache_dir": args.cache_dir}
+           "cache_dir": args.cache_dir, "game": args.game, "gap_ms": args.gap_ms}
     versions = {"after": None, **({"before": args.before} if args.before else {})}
     runs: dict[tuple[str, str], dict[str, Any]] = {}
     for glibc in args.glibc:
@@ -190,8 +207,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for v in versions:
         over_cols += [(f"{v}_over", f"µs over SB3 ({v})"), (f"{v}_over_omu", f"µs over SB3 omu ({v})")]
     md = ["## sample() of compressed image observations: ours / SB3's ReplayBuffer (same process, interleaved)",
-          "", f"capacity {args.capacity:,}, {args.rows:,} transitions stored, {args.rounds} rounds per child, "
-          "prefetch off, medians per call; `omu`: SB3 with `optimize_memory_usage=True`. glibc `spared`: "
+          "", f"{args.game} frames; capacity {args.capacity:,}, {args.rows:,} transitions stored, "
+          f"{args.rounds} rounds per child, "
+          + (f"each call after a {args.gap_ms:g} ms sleep, " if args.gap_ms else "calls back to back, ")
+          + "prefetch off, medians per call; `omu`: SB3 with `optimize_memory_usage=True`. glibc `spared`: "
           "`MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=17179869184`.", "",
           md_table(rows, cols), "", "## Cost per call over SB3's at batch 32", "", md_table(over, over_cols)]
     print("\n".join(md))

@@ -58,6 +58,14 @@ SHARED_MIN_ITEMS = 64
 #: costs more than it saves there (a 1M-transition SAC buffer of Pendulum's 12-byte observations:
 #: sample(256) 539 us with a helper against 281 us without, SB3's 38 us; Atari's 64 frames are 451 KB)
 PARALLEL_MIN_BYTES = 64 << 10
+#: a read of fewer than PARALLEL_MIN_ITEMS items whose calling thread served less than this share
+#: of its chunks ran beside its helper, not in parallel with it (after an idle pause, such as a
+#: learner's step, the woken helper shares the caller's core: measured on a 2-core VM, Pong
+#: sample(32) after a 2 ms sleep, the caller served 10 of 59 chunks, against 31 back to back) ...
+SOLO_SHARE = 0.3
+#: ... so the next this many such reads run on the caller alone; then one tries the helper again
+SOLO_READS = 32
+_solo_left = 0  # small reads still to run alone (shared by every thread: a hint, not a state)
 
 #: GatherResult.code of a chunk whose CRC32 did not match (``found``: the CRC32 computed)
 CRC_ERROR = 5
@@ -241,7 +249,12 @@ def gather(
         crc_chunks = crc_want = _NO_CRC
     seg, off, clen = table
     need = chunk_len * item_bytes
+    global _solo_left
     threads = _threads_for(int(threads), ids.size, ids.size * item_bytes)
+    small = threads == 2 and ids.size < PARALLEL_MIN_ITEMS  # one helper (see SOLO_SHARE)
+    if small and _solo_left > 0:
+        _solo_left -= 1
+        threads = 1
     if threads <= 1:  # one call, no pool, no plan round trip
         p[k.DCTX] = nat.zstd.dctx()
         status = getattr(nat.local, "status", None)
@@ -256,26 +269,31 @@ def gather(
     helpers = min(threads - 1, len(starts) - 2)  # no more threads than distinct chunks
     next_group = np.zeros(1, np.int64)  # the groups are shared out one at a time, atomically
 
-    def run(_hold: Any = (dst, keep, spec, segs)) -> np.ndarray:
+    def run(_hold: Any = (dst, keep, spec, segs), served: list[int] | None = None) -> np.ndarray:
         pp = p.copy()
         pp[k.DCTX] = nat.zstd.dctx()
         status = np.zeros(3, np.int64)
-        k.gather_shared(ids, dst_off, order, starts, next_group, pp, seg, off, clen, _plain(segs), open_chunks,
-                        open_addr, crc_chunks, crc_want, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
+        n = k.gather_shared(ids, dst_off, order, starts, next_group, pp, seg, off, clen, _plain(segs), open_chunks,
+                            open_addr, crc_chunks, crc_want, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
+        if served is not None:
+            served.append(int(n))
         return status
 
     futures: list[_threads.Task] = []
+    mine: list[int] = []  # the groups the calling thread served
     try:
         if helpers > 0:
             pool = _threads.pool("chunkstore-native", helpers)
             for _ in range(helpers):
                 _threads.submit(pool, futures, run)
-        results = [run()]
+        results = [run(served=mine)]
     finally:  # also when interrupted: the workers write into dst, which must outlive them
         for f in futures:
             f.cancel()  # a helper that has not started has nothing left to take
         _threads.wait_all(futures)
     results += [f.result() for f in futures if not f.cancelled()]
+    if small and helpers > 0 and mine and mine[0] < SOLO_SHARE * (len(starts) - 1):
+        _solo_left = SOLO_READS  # the helper ran beside the caller, not with it
     bad = next((st for st in results if st[0] != 0), results[0])
     return _OK if bad[0] == 0 else GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))
 

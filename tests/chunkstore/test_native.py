@@ -360,3 +360,33 @@ def test_replay_sampling_equals_sb3_property(chunk_len, n_envs, rows, channels_l
             b = ours.sample(24)
             assert all(th.equal(x, y) for x, y in zip(a, b, strict=True) if x is not None)
         assert np.array_equal(np.asarray(ours.next_observations), ref.next_observations)
+
+
+def test_a_small_read_whose_helper_ran_beside_the_caller_runs_alone_for_a_while(monkeypatch):
+    """SOLO_SHARE / SOLO_READS: a helper that did not run in parallel is left out of the next small reads."""
+    from chunkstore import _threads
+
+    assert native.available()
+    monkeypatch.setattr(_threads, "_pools", {})
+    monkeypatch.setattr(native, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(native, "_solo_left", 0)
+    monkeypatch.setattr(native, "SOLO_READS", 3)
+    arr = ChunkedArray(2048, (), np.float32, chunk_len=4, codec="zstd1", threads=2)
+    arr[:] = np.arange(2048, dtype=np.float32)
+    ids = np.random.default_rng(0).permutation(2048)[:200]  # 200 items in ~150 chunks: one helper
+    monkeypatch.setattr(native, "SOLO_SHARE", 0.0)  # no caller serves less than nothing: the helper stays
+    assert np.array_equal(arr.take(ids), ids.astype(np.float32))
+    assert native._solo_left == 0 and "chunkstore-native" in _threads._pools
+    monkeypatch.setattr(native, "SOLO_SHARE", 1.01)  # every caller served less: the helper is left out
+    assert np.array_equal(arr.take(ids), ids.astype(np.float32))
+    assert native._solo_left == 3
+    monkeypatch.setattr(_threads, "_pools", {})
+    for left in (2, 1, 0):  # the next three small reads run alone (no pool is asked for) ...
+        assert np.array_equal(arr.take(ids[::-1]), ids[::-1].astype(np.float32))
+        assert native._solo_left == left and "chunkstore-native" not in _threads._pools
+    assert np.array_equal(arr.take(ids), ids.astype(np.float32))  # ... then one tries the helper again
+    assert "chunkstore-native" in _threads._pools and native._solo_left == 3
+    big = np.random.default_rng(1).permutation(2048)[:native.PARALLEL_MIN_ITEMS]  # not small: never alone
+    monkeypatch.setattr(_threads, "_pools", {})
+    assert np.array_equal(arr.take(big), big.astype(np.float32))
+    assert native._solo_left == 3 and "chunkstore-native" in _threads._pools
