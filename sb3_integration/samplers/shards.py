@@ -69,7 +69,10 @@ class PrioritizedShardSampler(ShardSampler):
         return float(mass)
 
     def counts(self, n: int, weights: np.ndarray, rng: Any) -> np.ndarray:
-        edges = np.cumsum(weights)
+        w = np.asarray(weights, np.float64)
+        # scaled by the largest first: masses as small as subnormals (whose total over n underflows
+        # to 0, which sent the whole batch to the first shard) split like any others
+        edges = np.cumsum(w / w.max())
         targets = (np.arange(n) + rng.random(n)) * (edges[-1] / n)
         at = np.minimum(np.searchsorted(edges, targets, side="right"), len(weights) - 1)
         return np.bincount(at, minlength=len(weights))

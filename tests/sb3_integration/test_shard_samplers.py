@@ -23,6 +23,13 @@ def test_a_stratified_split_gives_each_shard_its_share_within_two(n, weights, se
     assert (counts[w == 0] == 0).all()
 
 
+@pytest.mark.parametrize("scale", [5e-324, 1e-310, 1e-300, 1.0, 1e300])
+def test_a_stratified_split_does_not_depend_on_the_scale_of_the_masses(scale) -> None:
+    """Found by the property above: two subnormal masses sent a whole batch to the first shard."""
+    counts = PrioritizedShardSampler().counts(4, np.array([scale, scale]), np.random.default_rng(0))
+    assert counts.tolist() == [2, 2]
+
+
 @settings(max_examples=100, deadline=None)
 @given(n=st.integers(1, 600), weights=weights_st, seed=st.integers(0, 2**32 - 1))
 def test_a_uniform_split_sums_to_n_and_skips_empty_shards(n, weights, seed) -> None:
