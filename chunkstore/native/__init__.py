@@ -269,30 +269,28 @@ def gather(
     helpers = min(threads - 1, len(starts) - 2)  # no more threads than distinct chunks
     next_group = np.zeros(1, np.int64)  # the groups are shared out one at a time, atomically
 
-    def run(_hold: Any = (dst, keep, spec, segs), served: list[int] | None = None) -> np.ndarray:
+    def run(_hold: Any = (dst, keep, spec, segs)) -> np.ndarray:
         pp = p.copy()
         pp[k.DCTX] = nat.zstd.dctx()
-        status = np.zeros(3, np.int64)
-        n = k.gather_shared(ids, dst_off, order, starts, next_group, pp, seg, off, clen, _plain(segs), open_chunks,
-                            open_addr, crc_chunks, crc_want, _scratch(nat, need), _cbuf(nat, max_chunk_bytes), status)
-        if served is not None:
-            served.append(int(n))
+        status = np.zeros(4, np.int64)  # the kernel's (code, chunk, found), then the groups this thread served
+        status[3] = k.gather_shared(ids, dst_off, order, starts, next_group, pp, seg, off, clen, _plain(segs),
+                                    open_chunks, open_addr, crc_chunks, crc_want, _scratch(nat, need),
+                                    _cbuf(nat, max_chunk_bytes), status)
         return status
 
     futures: list[_threads.Task] = []
-    mine: list[int] = []  # the groups the calling thread served
     try:
         if helpers > 0:
             pool = _threads.pool("chunkstore-native", helpers)
             for _ in range(helpers):
                 _threads.submit(pool, futures, run)
-        results = [run(served=mine)]
+        results = [run()]  # the calling thread's first
     finally:  # also when interrupted: the workers write into dst, which must outlive them
         for f in futures:
             f.cancel()  # a helper that has not started has nothing left to take
         _threads.wait_all(futures)
     results += [f.result() for f in futures if not f.cancelled()]
-    if small and helpers > 0 and mine and mine[0] < SOLO_SHARE * (len(starts) - 1):
+    if small and helpers > 0 and results[0][3] < SOLO_SHARE * (len(starts) - 1):
         _solo_left = SOLO_READS  # the helper ran beside the caller, not with it
     bad = next((st for st in results if st[0] != 0), results[0])
     return _OK if bad[0] == 0 else GatherResult(int(bad[0]), int(bad[1]), int(bad[2]))

@@ -357,16 +357,12 @@ class FrameStore(FrameWrites):
             if m == 1:
                 which, rows = requests[0]
             else:  # all requests in one vectorised pass
-                ws = tuple(w for w, _ in requests)
-                if all(type(w) is int for w in ws):  # the common case: one kind of stack per request
-                    which = self._which_of(ws, n)
-                    rows = np.concatenate([r for _, r in requests]).astype(np.int64, copy=False)
-                    if rows.shape != (m * n,):
-                        raise ValueError(f"each request's rows must be 1-D, {n} long like envs")
-                else:
-                    which, rows = np.empty(m * n, np.int64), np.empty(m * n, np.int64)
-                    for i, (w, r) in enumerate(requests):
-                        which[i * n:(i + 1) * n], rows[i * n:(i + 1) * n] = w, r
+                rows = np.concatenate([r for _, r in requests]).astype(np.int64, copy=False)
+                if rows.shape != (m * n,):
+                    raise ValueError(f"each request's rows must be 1-D, {n} long like envs")
+                ws = tuple(w for w, _ in requests)  # an int each (one kind of stack), or an int array like rows
+                which = (self._which_of(ws, n) if all(type(w) is int for w in ws)
+                         else np.concatenate([np.broadcast_to(w, n) for w in ws]).astype(np.int64, copy=False))
                 envs = np.concatenate((envs,) * m)  # (np.tile's Python costs ~5 us a sample)
             frames = st.frames
             assert frames is not None  # (the layout is known)
