@@ -383,7 +383,7 @@ def test_layout_2_buffer_state_is_checked_too():
               "observations/deltas": np.ones((1, size, n_envs), np.uint8),
               "observations/pads": np.zeros((2, size, n_envs), np.uint8),
               "actions": np.zeros((size, n_envs, 1))}
-    store = SimpleNamespace(path="buf.h5", extras=extras)
+    store = SimpleNamespace(path="buf.h5", extras=extras, arrays={})
     meta = {"obs_shape": [4, 8, 8], "dtype": "|u1", "n_rows": size, "n_envs": n_envs,
             "stacks_per_row": 2, "dedup": True, "ring_frames": 128, "used": [True, True],
             "pending": 0, "layout": {"axis": 0, "width": 1, "depth": 4}}

@@ -3,10 +3,10 @@
 One role per module: :mod:`._table` (where each chunk is), :mod:`._write` (open
 chunks, sealing, renumbering), :mod:`._read` (batched reads, native and Python),
 :mod:`._training` (codecs that learn from the data: the one rule, :func:`should_train` and
-:func:`trained_codec`, which the Ray service's writers use too), :mod:`.protocol` (:class:`ItemArray`,
-the interface ChunkedArray and DeviceArray share), :mod:`.frontend` (their one write
-front-end), :mod:`._snapshot` (one moment of an array, for saves that do not stop the writer), :mod:`._core` (the
-class, sizes, repair after interrupts, ownership, state).
+:func:`trained_codec`, which the Ray service's writers use too; :func:`settle_loaded`, a load's),
+:mod:`.protocol` (:class:`ItemArray`, the interface ChunkedArray and DeviceArray share),
+:mod:`.frontend` (their one write front-end), :mod:`._snapshot` (one moment of an array, for saves
+that do not stop the writer), :mod:`._core` (the class, sizes, repair after interrupts, ownership, state).
 """
 
 from chunkstore.array._core import (
@@ -22,6 +22,7 @@ from chunkstore.array._table import ChunkTable
 from chunkstore.array._training import (
     TRAIN_AFTER_BYTES,
     TRAIN_MAX_ITEMS,
+    settle_loaded,
     should_train,
     trained_codec,
     wants_training,
@@ -44,6 +45,7 @@ __all__ = [
     "ItemArray",
     "WriteFrontEnd",
     "lossless_cast",
+    "settle_loaded",
     "should_train",
     "trained_codec",
     "wants_training",

@@ -34,12 +34,16 @@ from chunkstore.tiers import ChunkRef
 if TYPE_CHECKING:
     from chunkstore.array._fields import ArrayFields
 
-__all__ = ["TRAIN_AFTER_BYTES", "TRAIN_MAX_ITEMS", "should_train", "train", "trained_codec", "wants_training"]
+__all__ = ["TRAIN_AFTER_BYTES", "TRAIN_LOADED_MAX_BYTES", "TRAIN_MAX_ITEMS", "settle_loaded", "should_train", "train",
+           "trained_codec", "wants_training"]
 
 #: a codec that learns from the data is trained once this many raw bytes are sealed
 TRAIN_AFTER_BYTES = 8 << 20
 #: at most this many items are handed to the trainer
 TRAIN_MAX_ITEMS = 4096
+#: a loaded array still due for training is trained only if it holds at most this many raw bytes
+#: (training decodes every stored chunk); past it, it keeps the plain codec (:func:`settle_loaded`)
+TRAIN_LOADED_MAX_BYTES = 4 * TRAIN_AFTER_BYTES
 
 
 def wants_training(codec: Codec) -> bool:
@@ -73,6 +77,24 @@ def trained_codec(codec: Codec, chunks: Mapping[int, np.ndarray]) -> Codec:
     with_dict = sum(len(new.encode(chunks[c])) for c in held_out)
     without = sum(len(plain.encode(chunks[c])) for c in held_out)
     return new if with_dict < without else plain
+
+
+def settle_loaded(arr: ArrayFields) -> None:
+    """After a load installed every chunk of ``arr`` untrained (``train=False``): train now if due.
+
+    A file saved before its dictionary was trained holds little (:data:`TRAIN_AFTER_BYTES` and
+    the chunks open then), and is trained as the live array would have been. One that declares
+    more, past :data:`TRAIN_LOADED_MAX_BYTES` (huge chunks, say), keeps the plain codec, which
+    reads what it holds: training would decode and re-encode every chunk it holds, so a small
+    file of very compressible chunks could ask for any amount of memory.
+    """
+    with arr._lock:
+        if not should_train(arr.codec, arr._raw_sealed):
+            return
+        if arr._raw_sealed > TRAIN_LOADED_MAX_BYTES:
+            arr.codec = arr.codec.untrained_equivalent()  # type: ignore[attr-defined]
+        else:
+            train(arr)
 
 
 def train(arr: ArrayFields) -> None:

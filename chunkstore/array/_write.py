@@ -47,22 +47,27 @@ class WritePath(WriteFrontEnd, ArrayFields):
     """
 
     # -- writes the front-end does not have -----------------------------------------------
-    def put_chunk_bytes(self, c: int, data: Any) -> None:
-        """Install already-encoded bytes as chunk ``c``, verbatim (the load path)."""
+    def put_chunk_bytes(self, c: int, data: Any, *, train: bool = True) -> None:
+        """Install already-encoded bytes as chunk ``c``, verbatim (the load path).
+
+        ``train=False``: the codec is not trained here even if it is due; a loader installs
+        every chunk first and then decides once (:func:`chunkstore.array._training.settle_loaded`).
+        """
         c = check_chunk(self.name, c, self.nchunks_total)
         with self._lock:
             self._begin()
             ref = self.tier.put(data)
-            self._install(c, ref)
+            self._install(c, ref, train=train)
             self._table.pop_open(c)  # after: until here the chunk read as its open copy
             self._dirty = False
 
-    def adopt_chunks(self, chunks: np.ndarray, refs: np.ndarray) -> None:
+    def adopt_chunks(self, chunks: np.ndarray, refs: np.ndarray, *, train: bool = True) -> None:
         """Install chunks that the tier already holds, in bulk (the lazy load path).
 
         ``chunks`` are increasing chunk indices, none stored or open yet; ``refs`` is
         the ``(3, len(chunks))`` table of their tier references (segment, offset,
-        nbytes), as :meth:`put_chunk_bytes` would have stored them one by one.
+        nbytes), as :meth:`put_chunk_bytes` would have stored them one by one
+        (``train`` too).
         """
         chunks = np.asarray(chunks, np.int64)
         if len(chunks) == 0:
@@ -80,7 +85,8 @@ class WritePath(WriteFrontEnd, ArrayFields):
             self._cbytes_sealed += int(n.sum())
             rows = np.minimum(self.chunk_len, self.capacity - chunks * self.chunk_len)
             self._raw_sealed += int(rows.sum()) * self._item_nbytes
-            self._maybe_train()
+            if train:
+                self._maybe_train()
             self._dirty = False
 
     # -- what the write path holds ---------------------------------------------------------
@@ -320,7 +326,7 @@ class WritePath(WriteFrontEnd, ArrayFields):
         ref = self.tier.put(self.codec.encode(np.ascontiguousarray(raw)))
         self._install(c, ref)
 
-    def _install(self, c: int, ref: ChunkRef) -> None:
+    def _install(self, c: int, ref: ChunkRef, train: bool = True) -> None:
         """Chunk ``c`` now lives at ``ref`` (its old bytes, if any, are released)."""
         table = self._table
         old = table.ref(c) if table.is_stored(c) else None
@@ -334,7 +340,8 @@ class WritePath(WriteFrontEnd, ArrayFields):
         self._raw_sealed += table.rows(c) * self._item_nbytes
         if self.cache is not None:
             self.cache.invalidate((table.uid, c, int(table.version[c]) - 1))
-        self._maybe_train()
+        if train:
+            self._maybe_train()
 
     def _install_many(self, chunks: np.ndarray, refs: np.ndarray) -> None:
         """:meth:`_install` of many chunks (increasing, none open): the table's entries change in

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkstore.array import ChunkedArray
+from chunkstore.array import ChunkedArray, settle_loaded
 from chunkstore.cache import LRUChunkCache
 from chunkstore.codecs import codec_from_config
 from chunkstore.errors import CodecConfigError, CorruptChunkError, FormatError
@@ -218,9 +218,10 @@ def _lazy_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
     arr = new_array(meta, ftier, cache, mapped.path)
     for lo in range(0, len(chunks), ADOPT_BLOCK):  # the file bytes stay where they are; in blocks,
         hi = lo + ADOPT_BLOCK  # so the reference tables of 12.5M chunks are never all built at once
-        arr.adopt_chunks(chunks[lo:hi], ftier.adopt(offsets[lo:hi], nbytes[lo:hi]))
+        arr.adopt_chunks(chunks[lo:hi], ftier.adopt(offsets[lo:hi], nbytes[lo:hi]), train=False)
     if verify is True:
         ftier.verify_all()
+    settle_loaded(arr)
     return arr
 
 
@@ -235,6 +236,7 @@ def _eager_array(meta: ArrayMeta, mapped: MappedFile, tier: Tier | None,
         if verify is not False:
             check_crc(data, crcs[k], f"{meta.name}: chunk {c} in {mapped.path}",
                       array=meta.name, chunk=c)
-        arr.put_chunk_bytes(c, data)
+        arr.put_chunk_bytes(c, data, train=False)
         bar.step()
+    settle_loaded(arr)
     return arr

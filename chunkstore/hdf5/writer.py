@@ -71,7 +71,9 @@ def save(
     path
         The file. An existing file is replaced only once the new one is complete
         and fsynced; it may be the very file the arrays were lazily loaded from.
-        Temporaries of earlier saves to ``path`` that were killed are removed.
+        Temporaries of earlier saves to ``path`` that were killed are removed. A
+        symbolic link is followed: the file it names is replaced and the link stays,
+        as writing to the link would do (SB3's ``save_to_pkl`` does).
     arrays
         Named ChunkedArrays (each saved as one moment of it: its stored chunks copied
         verbatim, its open chunks encoded; the array is not changed and may keep being
@@ -98,6 +100,8 @@ def save(
         declare the private filter and plain readers fail loudly.
     """
     path = os.fspath(path)
+    if os.path.islink(path):  # the temporary goes next to the file the link names, and replaces that file
+        path = os.path.realpath(path)
     version = _format_version(format_version)
     extras = dict(extras or {})
     for name in [*arrays, *extras]:

@@ -115,7 +115,7 @@ from sb3_integration.engine.frame_state import (
     ring_bound,
     unpickle_state,
 )
-from sb3_integration.engine.options import StoreOptions
+from sb3_integration.engine.options import StoreOptions, check_chunk_len
 from sb3_integration.engine.stacking import (
     StackLayout,
     bitwise_comparable,
@@ -203,9 +203,8 @@ class FrameStore(FrameWrites):
             raise ValueError(f"{name}: n_rows, n_envs and stacks_per_row must be >= 1")
         budget = fields.pop("device_budget", None) if budget is None else budget
         opts = StoreOptions.merge(options, fields, None if isinstance(cache, LRUChunkCache) else cache, "FrameStore")
-        if isinstance(opts.chunk_len, bool) or not isinstance(opts.chunk_len, (int, np.integer)) or opts.chunk_len < 1:
-            raise ValueError(f"{name}: chunk_len must be >= 1 (an int), got {opts.chunk_len!r}")
-        self.options = opts.replace(chunk_len=int(opts.chunk_len), device=check_device(opts.device, self.dtype, name))
+        chunk_len = check_chunk_len(opts.chunk_len, self.obs_shape, self.dtype, name)
+        self.options = opts.replace(chunk_len=chunk_len, device=check_device(opts.device, self.dtype, name))
         self.cache = cache if isinstance(cache, LRUChunkCache) else self.options.cache_bytes
         self.budget = self.options.budget_bytes if budget is None else budget
         self.dedup = bool(self.options.dedup) and bitwise_comparable(self.dtype)  # floats by bits, or no sharing

@@ -26,12 +26,23 @@ holds that many bytes (:meth:`StoreOptions.budget`, a FrameStore's ``budget``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from chunkstore.array import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_LEN, DEFAULT_CODEC
 
-__all__ = ["LEGACY_NAMES", "StoreOptions"]
+__all__ = ["CHUNK_LEN_ALWAYS", "LEGACY_NAMES", "MAX_CHUNK_BYTES", "StoreOptions", "check_chunk_len", "max_chunk_len"]
+
+#: raw bytes of one chunk of frames, at most, counting a frame as a whole observation (a frame is
+#: at most one): every read decodes whole chunks, so this bounds what one chunk costs to read, and
+#: what a small saved file can make a load allocate (a chunk of zeros compresses ~10,000-fold)
+MAX_CHUNK_BYTES = 64 << 20
+#: a chunk_len this small is always allowed, whatever an observation's size (the presets' and the
+#: rollout buffers' defaults among them): the bound is for chunks of many frames
+CHUNK_LEN_ALWAYS = 32
 
 #: field names of pickles written before the one-name rename (0.1.0 and 0.2 buffers' ``store_options``)
 LEGACY_NAMES = {"compression_method": "codec", "buffer_device": "device", "heap_bytes": "budget_bytes",
@@ -113,3 +124,24 @@ class StoreOptions:
 
 
 _FIELDS = tuple(f.name for f in fields(StoreOptions))
+
+
+def max_chunk_len(item_bytes: int) -> int:
+    """The largest chunk_len for items (observations, or frames) of ``item_bytes`` bytes: chunks
+    within :data:`MAX_CHUNK_BYTES`, and never less than :data:`CHUNK_LEN_ALWAYS`."""
+    return max(MAX_CHUNK_BYTES // max(int(item_bytes), 1), CHUNK_LEN_ALWAYS)
+
+
+def check_chunk_len(chunk_len: Any, obs_shape: tuple[int, ...], dtype: Any, name: str) -> int:
+    """``chunk_len`` as an int, if it is one >= 1 and at most :func:`max_chunk_len` of an
+    ``obs_shape`` observation; else a ValueError naming the store (``name``) and the bound."""
+    if isinstance(chunk_len, (bool, np.bool_)) or not isinstance(chunk_len, (int, np.integer)) or chunk_len < 1:
+        raise ValueError(f"{name}: chunk_len must be >= 1 (an int), got {chunk_len!r}")
+    obs_bytes = math.prod(obs_shape) * np.dtype(dtype).itemsize
+    most = max_chunk_len(obs_bytes)
+    if chunk_len > most:
+        raise ValueError(f"{name}: chunk_len {int(chunk_len):,} makes chunks of up to {int(chunk_len) * obs_bytes:,} "
+                         f"bytes (observations of {obs_bytes:,} bytes); a chunk holds at most "
+                         f"{MAX_CHUNK_BYTES >> 20} MiB, so chunk_len <= {most:,} here "
+                         "(every read decodes whole chunks: a few frames per chunk read fastest)")
+    return int(chunk_len)

@@ -23,6 +23,7 @@ import numpy as np
 
 from chunkstore.errors import FormatError
 from chunkstore.validate import is_int
+from sb3_integration.engine.options import MAX_CHUNK_BYTES, max_chunk_len
 
 __all__ = ["check_saved_buffer"]
 
@@ -105,6 +106,11 @@ def _check_frame_store(meta: Any, store: Any, prefix: str, size: int, n_envs: in
         value = store.extras.get(f"{prefix}/{name}")
         if value is None or value.shape != shape:
             raise FormatError(f"{path}: {prefix}/{name} is missing or not of shape {shape}")
+    frames = store.arrays.get(f"{prefix}/frames")
+    if frames is not None and frames.chunk_len > max_chunk_len(frames.dtype.itemsize * int(np.prod(frames.item_shape))):
+        raise FormatError(f"{path}: {prefix}/frames declares chunks of {frames.chunk_len:,} frames of "
+                          f"{frames.item_shape}, more than the {MAX_CHUNK_BYTES >> 20} MiB a chunk of frames "
+                          "may hold; refusing to load it")
     layout = meta.get("layout")
     if layout is None:
         return

@@ -656,3 +656,17 @@ def test_the_former_module_name_is_deprecated_and_still_works():
         old = importlib.import_module("chunkstore.format")
     assert old.save is hdf5.save and old.load is hdf5.load and old.read_observations is hdf5.read_observations
     assert set(old.__all__) <= set(hdf5.__all__)
+
+
+def test_save_through_a_symbolic_link_replaces_the_file_it_names_and_keeps_the_link(tmp_path):
+    target, link = tmp_path / "data" / "real.h5", tmp_path / "latest.h5"
+    target.parent.mkdir()
+    first, second = make_array("zstd3"), make_array("zstd3")
+    second[:8] = 255 - np.asarray(second[:8])  # a different content
+    fmt.save(target, {"obs": first}, progress=False)
+    link.symlink_to(target)
+    fmt.save(link, {"obs": second}, progress=False)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "latest.h5"]  # no temporary left beside the link
+    with fmt.load(target, lazy=False) as store:
+        assert np.array_equal(np.asarray(store.arrays["obs"]), np.asarray(second))

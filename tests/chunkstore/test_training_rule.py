@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from chunkstore import ChunkedArray, get_codec
 from chunkstore.array import TRAIN_AFTER_BYTES, _training, should_train, trained_codec
@@ -73,3 +74,47 @@ def test_a_ray_writer_trains_by_the_same_threshold(monkeypatch):
     got = w.train()
     assert got.dictionary == trained_codec(get_codec("zstd3+dict"), dict(enumerate(samples))).dictionary
     assert w.train_samples is None
+
+
+# -- loading: every chunk installed first, then one bounded decision (_training.settle_loaded) --------
+def _saved_untrained(path, raw_bytes: int, chunk_len: int) -> np.ndarray:
+    """A file of a zstd3+dict array never trained, holding ``raw_bytes`` of textured frames."""
+    from chunkstore import hdf5 as fmt
+
+    n = -(-raw_bytes // (SIDE * SIDE)) // chunk_len * chunk_len
+    data = textured_frames(n)
+    arr = ChunkedArray(n, (SIDE, SIDE), np.uint8, chunk_len=chunk_len, codec="zstd3+dict", name="obs")
+    plain = arr.codec.untrained_equivalent()
+    for c in range(n // chunk_len):  # as a save before training would have written them
+        arr.put_chunk_bytes(c, plain.encode(data[c * chunk_len:(c + 1) * chunk_len]), train=False)
+    assert _training.wants_training(arr.codec)
+    fmt.save(path, {"obs": arr}, progress=False)
+    return data
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+def test_a_loaded_array_due_for_training_is_trained_once_loaded(tmp_path, lazy):
+    from chunkstore import hdf5 as fmt
+
+    data = _saved_untrained(tmp_path / "a.h5", TRAIN_AFTER_BYTES + (1 << 20), chunk_len=32)
+    with fmt.load(tmp_path / "a.h5", lazy=lazy) as store:
+        got = store.arrays["obs"]
+        assert not _training.wants_training(got.codec) and got.codec.codec_id == "zstd-dict"  # trained
+        assert np.array_equal(np.asarray(got), data)
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+def test_a_loaded_array_holding_more_than_training_may_decode_keeps_the_plain_codec(tmp_path, lazy, monkeypatch):
+    from chunkstore import hdf5 as fmt
+
+    data = _saved_untrained(tmp_path / "a.h5", 3 << 20, chunk_len=256)  # 768 KiB chunks
+    monkeypatch.setattr(_training, "TRAIN_AFTER_BYTES", 1 << 20)  # (the sizes scaled down by 8)
+    monkeypatch.setattr(_training, "TRAIN_LOADED_MAX_BYTES", 2 << 20)
+    decoded = []
+    monkeypatch.setattr(_training, "train", lambda arr: decoded.append(arr))  # must not be reached
+    with fmt.load(tmp_path / "a.h5", lazy=lazy) as store:
+        got = store.arrays["obs"]
+        assert not decoded
+        assert got.codec == get_codec("zstd3+dict").untrained_equivalent()  # plain: it reads what it holds
+        assert not _training.wants_training(got.codec)
+        assert np.array_equal(np.asarray(got), data)

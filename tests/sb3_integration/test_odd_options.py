@@ -150,3 +150,35 @@ def test_a_meta_rollout_buffer_refuses_a_real_device():
     buf.compute_returns_and_advantage(th.zeros(1), np.zeros(1, bool))
     with pytest.raises(ValueError, match=f"{META}: it cannot return samples on cpu"):
         next(buf.get(2))
+
+
+# -- chunk_len has a ceiling: a chunk of frames holds at most MAX_CHUNK_BYTES --------------------
+def test_a_chunk_len_beyond_the_chunk_ceiling_is_refused_at_the_call():
+    from sb3_integration.engine.options import MAX_CHUNK_BYTES
+
+    atari = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    most = MAX_CHUNK_BYTES // (4 * 84 * 84)
+    CompressedReplayBuffer(64, atari, ACT, chunk_len=most).close()
+    for chunk_len in (most + 1, 10**6, 10**9):  # 10**9 used to fail at the first add() (6.4 TiB asked)
+        with pytest.raises(ValueError, match=rf"chunk_len {chunk_len:,} .* chunk_len <= {most:,}"):
+            CompressedReplayBuffer(64, atari, ACT, chunk_len=chunk_len)
+    with pytest.raises(ValueError, match="chunk_len"):
+        CompressedDictReplayBuffer(64, spaces.Dict({"img": atari}), ACT, chunk_len=10**6)
+    huge = spaces.Box(0, 255, (3, 2048, 2048), np.uint8)  # 12 MiB observations: the defaults still build
+    CompressedReplayBuffer(4, huge, ACT, preset="compact").close()  # chunk_len 32
+    CompressedRolloutBuffer(4, huge, ACT).close()  # chunk_len 16
+    with pytest.raises(ValueError, match="chunk_len <= 32 here"):
+        CompressedReplayBuffer(4, huge, ACT, chunk_len=33)
+
+
+def test_a_saved_buffer_whose_chunks_pass_the_ceiling_is_refused_before_its_frames_are_read(tmp_path, monkeypatch):
+    from chunkstore.errors import FormatError
+    from sb3_integration.persistence import _load_checks
+
+    buf = CompressedReplayBuffer(64, IMG, ACT, chunk_len=8)
+    fill(buf, 20)
+    buf.save(tmp_path / "b.h5")
+    monkeypatch.setattr(_load_checks, "max_chunk_len", lambda item_bytes: 7)  # below these chunks of 8 frames
+    for lazy in (True, False):
+        with pytest.raises(FormatError, match=r"observations/frames declares chunks of 8 frames"):
+            CompressedReplayBuffer.load(tmp_path / "b.h5", lazy=lazy)
