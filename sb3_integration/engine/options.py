@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from chunkstore.array import DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_LEN, DEFAULT_CODEC
+from chunkstore.validate import is_int
 
 __all__ = ["CHUNK_LEN_ALWAYS", "LEGACY_NAMES", "MAX_CHUNK_BYTES", "StoreOptions", "check_chunk_len", "max_chunk_len"]
 
@@ -135,7 +136,7 @@ def max_chunk_len(item_bytes: int) -> int:
 def check_chunk_len(chunk_len: Any, obs_shape: tuple[int, ...], dtype: Any, name: str) -> int:
     """``chunk_len`` as an int, if it is one >= 1 and at most :func:`max_chunk_len` of an
     ``obs_shape`` observation; else a ValueError naming the store (``name``) and the bound."""
-    if isinstance(chunk_len, (bool, np.bool_)) or not isinstance(chunk_len, (int, np.integer)) or chunk_len < 1:
+    if not is_int(chunk_len, minimum=1):
         raise ValueError(f"{name}: chunk_len must be >= 1 (an int), got {chunk_len!r}")
     obs_bytes = math.prod(obs_shape) * np.dtype(dtype).itemsize
     most = max_chunk_len(obs_bytes)
